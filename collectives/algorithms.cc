@@ -1,0 +1,64 @@
+// algorithms.cc: the explicit table of algorithms (no self-registration: static libraries drop it) and
+// selection by estimated time.
+#include <algorithm>
+#include <limits>
+
+#include "collectives/algorithm_list.h"
+#include "common/strings.h"
+
+namespace hetcomm::coll {
+
+std::span<const Algorithm* const> allAlgorithms() {
+  static const Algorithm* const table[] = {
+      &ringAllReduce(),  &ringReduceScatter(), &ringAllGather(),  &chainBroadcast(),
+      &chainReduce(),    &pairwiseAlltoAll(),  &directSendRecv(),
+  };
+  return table;
+}
+
+Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
+  // Nominal link until the topology's link matrix feeds the model: 20 us, 1.25 GB/s.
+  constexpr double kAlphaUs = 20, kBwGBps = 1.25;
+  const Algorithm* best = nullptr;
+  double bestUs = std::numeric_limits<double>::infinity();
+  bool forcedExists = forced.empty();
+  for (const Algorithm* a : allAlgorithms()) {
+    if (a->name() == forced) forcedExists = true;
+    if (!a->supports(args, group)) continue;
+    if (!forced.empty() && a->name() == forced) return a;
+    double us = a->estimateUs(args, group, kAlphaUs, kBwGBps);
+    if (us < bestUs) {
+      bestUs = us;
+      best = a;
+    }
+  }
+  if (!forcedExists)
+    return invalidArgument("HETCOMM_ALGO=%.*s is not an algorithm hetcomm knows", static_cast<int>(forced.size()),
+                           forced.data());
+  if (!best) return internalError("no algorithm supports %s", args.describe().c_str());
+  return best;
+}
+
+Blocks evenBlocks(size_t count, int n) {
+  Blocks b;
+  b.offset.resize(n);
+  b.count.resize(n);
+  size_t base = count / n, extra = count % n, off = 0;
+  for (int i = 0; i < n; ++i) {
+    b.count[i] = base + (static_cast<size_t>(i) < extra ? 1 : 0);
+    b.offset[i] = off;
+    off += b.count[i];
+  }
+  b.maxCount = base + (extra ? 1 : 0);
+  return b;
+}
+
+Chunking chunkingFor(size_t maxCount, size_t elemSize, size_t chunkBytes) {
+  Chunking ch;
+  size_t perChunk = std::max<size_t>(1, chunkBytes / elemSize);
+  ch.nchunks = std::max<size_t>(1, (maxCount + perChunk - 1) / perChunk);
+  ch.per = std::max<size_t>(1, (maxCount + ch.nchunks - 1) / ch.nchunks);  // balanced chunks
+  return ch;
+}
+
+}  // namespace hetcomm::coll

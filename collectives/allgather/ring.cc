@@ -1,0 +1,40 @@
+// Ring all-gather: n-1 steps, each forwarding the block received in the previous step; pipelined in chunks.
+#include "collectives/algorithm_list.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class RingAllGather final : public Algorithm {
+ public:
+  std::string_view name() const override { return "ring"; }
+  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllGather; }
+  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    copyUnlessSame(s, {Buf::kRecv, g.rank * bytes, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+    if (g.nranks == 1) return s;
+    Ring ring(g, a.count * g.nranks, a.dtype);
+    auto at = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, ring.blockOffsetBytes(b), b, c); };
+    // This rank's own block is sent straight from the send buffer: no need to wait for the local copy.
+    auto own = [&](int b, size_t c) { return ring.chunk(Buf::kSend, 0, b, c); };
+    emitRingAllGather(s, ring, at, own, {}, {}, 0);
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& ringAllGather() {
+  static const RingAllGather algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,51 @@
+// Ring allreduce: reduce-scatter then all-gather around the ring, both pipelined in chunks. Bandwidth-optimal:
+// every rank sends 2(n-1)/n of the buffer; latency 2(n-1) hops.
+#include "collectives/algorithm_list.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class RingAllReduce final : public Algorithm {
+ public:
+  std::string_view name() const override { return "ring"; }
+  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllReduce; }
+  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    int n = g.nranks;
+    return n == 1 ? 0 : 2.0 * (n - 1) * alphaUs + 2.0 * (n - 1) / n * bytes / (bwGBps * 1e3);
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const size_t bytes = a.count * kernels::sizeOf(a.dtype);
+    if (g.nranks == 1) {
+      copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+      return s;
+    }
+    Ring ring(g, a.count, a.dtype);
+    s.scratchBytes = ringStageBytes(ring);
+    auto in = [&](int b, size_t c) { return ring.chunk(Buf::kSend, ring.blockOffsetBytes(b), b, c); };
+    auto res = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, ring.blockOffsetBytes(b), b, c); };
+    // Partial sums live in the receive buffer at their final place: each block is reduced once per rank.
+    auto rs = emitRingReduceScatter(
+        s, ring, in, [&](int, int b, size_t c) { return res(b, c); }, [&](size_t c) { return res(ring.r, c); }, 0,
+        0);
+    const uint32_t agTags = static_cast<uint32_t>((g.nranks - 1) * ring.ch.nchunks);
+    // A block received in the all-gather overwrites a partial sum the reduce-scatter sent from: wait for it.
+    emitRingAllGather(s, ring, res, res, rs.done, rs.sends, agTags);
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& ringAllReduce() {
+  static const RingAllReduce algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

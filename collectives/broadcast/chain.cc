@@ -1,0 +1,50 @@
+// Pipelined chain broadcast: the root sends chunk by chunk to the next rank, each rank forwards a chunk as soon
+// as it has it. Every link carries the buffer once; latency (n-1) hops plus one chunk per chunk.
+#include "collectives/algorithm_list.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class ChainBroadcast final : public Algorithm {
+ public:
+  std::string_view name() const override { return "chain"; }
+  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kBroadcast; }
+  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
+    return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.nranks = g.nranks;
+    const int n = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    const int pos = (g.rank - a.root + n) % n;  // 0 = root
+    const int next = (g.rank + 1) % n, prev = (g.rank - 1 + n) % n;
+    if (pos == 0) copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+    if (n == 1) return s;
+    Chunking ch = chunkingFor(a.count, esz, g.chunkBytes);
+    for (size_t c = 0; c < ch.nchunks; ++c) {
+      size_t lo = ch.begin(c, a.count) * esz, len = ch.end(c, a.count) * esz - lo;
+      uint32_t tag = static_cast<uint32_t>(c);
+      if (pos == 0) {
+        s.send(next, tag, {Buf::kSend, lo, len});
+        continue;
+      }
+      uint32_t rcv = s.recv(prev, tag, {Buf::kRecv, lo, len});
+      if (pos < n - 1) s.steps[s.send(next, tag, {Buf::kRecv, lo, len})].dependOn(rcv);
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& chainBroadcast() {
+  static const ChainBroadcast algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,73 @@
+// Pipelined chain reduce: partial sums flow root+1 -> root+2 -> ... -> root, chunk by chunk; each rank adds its
+// contribution and forwards. Non-root ranks keep partial sums in two scratch slots per chunk position (the
+// receive buffer is only the root's, as in NCCL).
+#include "collectives/algorithm_list.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class ChainReduce final : public Algorithm {
+ public:
+  std::string_view name() const override { return "chain"; }
+  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduce; }
+  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
+    return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const int n = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    const bool isRoot = g.rank == a.root;
+    if (n == 1) {
+      copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+      if (a.op == kernels::RedOp::kAvg && bytes) s.divide({Buf::kRecv, 0, bytes});
+      return s;
+    }
+    const int pos = (g.rank - a.root - 1 + 2 * n) % n;  // 0 = first in the chain, n-1 = root
+    const int next = (g.rank + 1) % n, prev = (g.rank - 1 + n) % n;
+    Chunking ch = chunkingFor(a.count, esz, g.chunkBytes);
+    const size_t slot = ch.per * esz;
+    // Scratch: staging slots [0, 2) then partial-sum slots [2, 4), alternating by chunk parity.
+    s.scratchBytes = pos == 0 ? 0 : 4 * slot;
+    std::vector<uint32_t> reduces(ch.nchunks), sends(ch.nchunks);
+    for (size_t c = 0; c < ch.nchunks; ++c) {
+      size_t lo = ch.begin(c, a.count) * esz, len = ch.end(c, a.count) * esz - lo;
+      uint32_t tag = static_cast<uint32_t>(c);
+      Slice mine{Buf::kSend, lo, len};
+      if (pos == 0) {
+        sends[c] = s.send(next, tag, mine);
+        continue;
+      }
+      Slice stage{Buf::kScratch, (c % 2) * slot, len};
+      uint32_t rcv = s.recv(prev, tag, stage);
+      if (c >= 2) s.steps[rcv].dependOn(reduces[c - 2]);
+      Slice acc = isRoot ? Slice{Buf::kRecv, lo, len} : Slice{Buf::kScratch, (2 + c % 2) * slot, len};
+      uint32_t red = s.reduce(acc, mine, stage);
+      s.steps[red].dependOn(rcv);
+      if (!isRoot && c >= 2) s.steps[red].dependOn(sends[c - 2]);  // the slot's previous sum is on its way
+      reduces[c] = red;
+      if (isRoot) {
+        if (a.op == kernels::RedOp::kAvg) s.steps[s.divide(acc)].dependOn(red);
+      } else {
+        sends[c] = s.send(next, tag, acc);
+        s.steps[sends[c]].dependOn(red);
+      }
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& chainReduce() {
+  static const ChainReduce algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,53 @@
+// Ring reduce-scatter: the first half of ring allreduce. Rank r ends with block r; partial sums alternate
+// between two scratch slots per chunk (a slot is reused once the send that read it is done).
+#include "collectives/algorithm_list.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class RingReduceScatter final : public Algorithm {
+ public:
+  std::string_view name() const override { return "ring"; }
+  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduceScatter; }
+  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    if (g.nranks == 1) {
+      copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+      return s;
+    }
+    // Blocks are the per-rank slices of the input (all the same size); pipelining inside each block.
+    GroupView blockView = g;
+    Ring ring(blockView, a.count * g.nranks, a.dtype);
+    const size_t stage = ringStageBytes(ring);
+    const size_t slot = ring.ch.per * esz;
+    s.scratchBytes = stage + 2 * ring.ch.nchunks * slot;
+    auto in = [&](int b, size_t c) { return ring.chunk(Buf::kSend, ring.blockOffsetBytes(b), b, c); };
+    auto acc = [&](int k, int b, size_t c) {
+      Slice x = ring.chunk(Buf::kScratch, 0, b, c);  // offset within the chunk's slot is c*per*esz
+      x.offset = stage + ((k % 2) * ring.ch.nchunks + c) * slot;
+      return x;
+    };
+    auto out = [&](size_t c) { return ring.chunk(Buf::kRecv, 0, ring.r, c); };
+    emitRingReduceScatter(s, ring, in, acc, out, 0, 0);
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& ringReduceScatter() {
+  static const RingReduceScatter algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

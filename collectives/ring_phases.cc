@@ -1,0 +1,81 @@
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+
+Ring::Ring(const GroupView& g, size_t count, kernels::DataType dtype)
+    : n(g.nranks), r(g.rank), next((g.rank + 1) % g.nranks), prev((g.rank + g.nranks - 1) % g.nranks),
+      esz(kernels::sizeOf(dtype)), blocks(evenBlocks(count, g.nranks)),
+      ch(chunkingFor(blocks.maxCount, kernels::sizeOf(dtype), g.chunkBytes)) {}
+
+Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
+  size_t cnt = blocks.count[b];
+  size_t lo = ch.begin(c, cnt), hi = ch.end(c, cnt);
+  return Slice{buf, base + lo * esz, (hi - lo) * esz};
+}
+
+size_t ringStageBytes(const Ring& ring) { return 2 * ring.ch.nchunks * ring.ch.per * ring.esz; }
+
+ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const ChunkSlice& input,
+                                         const StepChunkSlice& acc, const std::function<Slice(size_t c)>& out,
+                                         size_t stageBase, uint32_t tagBase) {
+  const int n = ring.n, r = ring.r;
+  const size_t nc = ring.ch.nchunks;
+  ReduceScatterSteps res;
+  res.sends.assign(n - 1, std::vector<uint32_t>(nc));
+  std::vector<std::vector<uint32_t>> recvs(n - 1, std::vector<uint32_t>(nc)), reduces(n - 1, std::vector<uint32_t>(nc));
+  res.done.resize(nc);
+  const size_t slotBytes = ring.ch.per * ring.esz;
+  for (int k = 0; k < n - 1; ++k) {
+    const int sendBlock = ring.mod(r - k - 1), recvBlock = ring.mod(r - k - 2);
+    for (size_t c = 0; c < nc; ++c) {
+      const uint32_t tag = tagBase + static_cast<uint32_t>(k * nc + c);
+      // Send: the raw input at step 0, afterwards the partial sum this rank made one step earlier.
+      Slice src = k == 0 ? input(sendBlock, c) : acc(k - 1, sendBlock, c);
+      uint32_t snd = s.send(ring.next, tag, src);
+      if (k > 0) s.steps[snd].dependOn(reduces[k - 1][c]);
+      res.sends[k][c] = snd;
+      // Receive into a staging slot; slots alternate by step parity, so a slot is free once step k-2 reduced it.
+      Slice in = input(recvBlock, c);
+      Slice stage{Buf::kScratch, stageBase + ((k % 2) * ring.ch.nchunks + c) * slotBytes, in.bytes};
+      uint32_t rcv = s.recv(ring.prev, tag, stage);
+      if (k >= 2) s.steps[rcv].dependOn(reduces[k - 2][c]);
+      recvs[k][c] = rcv;
+      // Reduce with this rank's contribution; the last step produces the final block r.
+      Slice dst = k == n - 2 ? out(c) : acc(k, recvBlock, c);
+      uint32_t red = s.reduce(dst, in, stage);
+      s.steps[red].dependOn(rcv);
+      // acc slots may be reused every other step (reduce-scatter into scratch): wait for the send that read it.
+      if (k >= 1) s.steps[red].dependOn(res.sends[k - 1][c]);
+      reduces[k][c] = red;
+      res.done[c] = red;
+      if (k == n - 2 && s.op == kernels::RedOp::kAvg) {
+        uint32_t div = s.divide(dst);
+        s.steps[div].dependOn(red);
+        res.done[c] = div;
+      }
+    }
+  }
+  return res;
+}
+
+void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, const ChunkSlice& ownSource,
+                       const std::vector<uint32_t>& ownReady, const std::vector<std::vector<uint32_t>>& notBefore,
+                       uint32_t tagBase) {
+  const int n = ring.n, r = ring.r;
+  const size_t nc = ring.ch.nchunks;
+  std::vector<uint32_t> prevRecv(nc);
+  for (int k = 0; k < n - 1; ++k) {
+    const int sendBlock = ring.mod(r - k), recvBlock = ring.mod(r - k - 1);
+    for (size_t c = 0; c < nc; ++c) {
+      const uint32_t tag = tagBase + static_cast<uint32_t>(k * nc + c);
+      uint32_t snd = s.send(ring.next, tag, k == 0 ? ownSource(sendBlock, c) : at(sendBlock, c));
+      if (k == 0 && !ownReady.empty()) s.steps[snd].dependOn(ownReady[c]);
+      if (k > 0) s.steps[snd].dependOn(prevRecv[c]);
+      uint32_t rcv = s.recv(ring.prev, tag, at(recvBlock, c));
+      if (!notBefore.empty()) s.steps[rcv].dependOn(notBefore[k][c]);
+      prevRecv[c] = rcv;
+    }
+  }
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,384 @@
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
+
+#include "comm/bootstrap/store.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+#include <list>
+#include <map>
+#include <thread>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace hetcomm::comm {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+// Protocol. Handshake: server Hello{nonce}; client Proof{mac(nonce), clientNonce}; server Welcome{mac(clientNonce)}.
+// Then requests [op u8][keylen u32][vallen u64][key][value] and replies [status u8][len u64][data].
+constexpr uint32_t kHelloMagic = 0x48534348;  // "HCSH"
+constexpr uint32_t kProofMagic = 0x50534348;  // "HCSP"
+constexpr uint32_t kWelcomeMagic = 0x57534348;  // "HCSW"
+constexpr uint32_t kMaxKey = 4096;
+constexpr uint64_t kMaxValue = 64ull << 20;
+
+struct Hello {
+  uint32_t magic = kHelloMagic;
+  uint32_t version = 1;
+  crypto::Nonce nonce{};
+};
+struct Proof {
+  uint32_t magic = kProofMagic;
+  uint32_t version = 1;
+  crypto::Mac mac{};
+  crypto::Nonce nonce{};
+};
+struct Welcome {
+  uint32_t magic = kWelcomeMagic;
+  uint32_t version = 1;
+  crypto::Mac mac{};
+};
+struct ReqHeader {
+  uint8_t op;
+  uint8_t pad[3];
+  uint32_t keyLen;
+  uint64_t valueLen;
+};
+struct ReplyHeader {
+  uint8_t status;  // 0 ok, 1 bad request
+  uint8_t pad[7];
+  uint64_t len;
+};
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
+
+}  // namespace
+
+// ---- server ----
+
+struct StoreServer::Impl {
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  crypto::Secret secret;
+  std::map<std::string, std::vector<std::byte>> data;
+  // Getters parked until their key is set: each waits on a timer that set() cancels.
+  std::multimap<std::string, asio::steady_timer*> waiters;
+
+  void wake(const std::string& key) {
+    auto [lo, hi] = waiters.equal_range(key);
+    for (auto it = lo; it != hi; ++it) it->second->cancel();
+  }
+
+  asio::awaitable<void> serve(tcp::socket sock) {
+    boost::system::error_code ec;
+    auto redirect = asio::redirect_error(asio::use_awaitable, ec);
+    auto remote = sock.remote_endpoint(ec);
+    std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+    Hello hello;
+    if (!crypto::randomBytes(hello.nonce).ok()) co_return;
+    co_await asio::async_write(sock, asio::buffer(&hello, sizeof(hello)), redirect);
+    Proof proof;
+    if (!ec) co_await asio::async_read(sock, asio::buffer(&proof, sizeof(proof)), redirect);
+    if (ec || proof.magic != kProofMagic) {
+      HC_WARN("store: refused %s: it does not speak the hetcomm store protocol", from.c_str());
+      co_return;
+    }
+    if (!crypto::macEqual(proof.mac, crypto::prove(secret, hello.nonce, "store-client"))) {
+      HC_WARN("store: refused %s: wrong secret (another job, or a stale unique id?)", from.c_str());
+      co_return;
+    }
+    Welcome welcome;
+    welcome.mac = crypto::prove(secret, proof.nonce, "store-server");
+    co_await asio::async_write(sock, asio::buffer(&welcome, sizeof(welcome)), redirect);
+    while (!ec) {
+      ReqHeader h;
+      co_await asio::async_read(sock, asio::buffer(&h, sizeof(h)), redirect);
+      if (ec) break;
+      if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kAdd) {
+        HC_WARN("store: malformed request from %s; closing", from.c_str());
+        break;
+      }
+      std::string key(h.keyLen, '\0');
+      std::vector<std::byte> value(h.valueLen);
+      std::array<asio::mutable_buffer, 2> bufs{asio::buffer(key), asio::buffer(value)};
+      co_await asio::async_read(sock, bufs, redirect);
+      if (ec) break;
+      std::vector<std::byte> out;
+      if (h.op == kSet) {
+        data[key] = std::move(value);
+        wake(key);
+      } else if (h.op == kAdd) {
+        int64_t delta = 0, cur = 0;
+        if (value.size() == 8) std::memcpy(&delta, value.data(), 8);
+        auto it = data.find(key);
+        if (it != data.end() && it->second.size() == 8) std::memcpy(&cur, it->second.data(), 8);
+        cur += delta;
+        std::vector<std::byte> stored(8);
+        std::memcpy(stored.data(), &cur, 8);
+        data[key] = stored;
+        out = stored;
+        wake(key);
+      } else {  // kGet: wait for the key; the client bounds the wait by closing the connection
+        while (!data.count(key)) {
+          asio::steady_timer timer(io, asio::steady_timer::time_point::max());
+          auto it = waiters.emplace(key, &timer);
+          boost::system::error_code tec;
+          co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, tec));
+          waiters.erase(it);
+          if (!acceptor.is_open()) co_return;  // shutting down
+        }
+        out = data[key];
+      }
+      ReplyHeader rh{};
+      rh.len = out.size();
+      std::array<asio::const_buffer, 2> reply{asio::buffer(&rh, sizeof(rh)), asio::buffer(out)};
+      co_await asio::async_write(sock, reply, redirect);
+    }
+  }
+
+  asio::awaitable<void> acceptLoop() {
+    while (acceptor.is_open()) {
+      boost::system::error_code ec;
+      tcp::socket sock = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        if (ec == asio::error::operation_aborted) co_return;
+        continue;
+      }
+      asio::co_spawn(io, serve(std::move(sock)), asio::detached);
+    }
+  }
+};
+
+Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& bindAddr, uint16_t port,
+                                                       const crypto::Secret& secret) {
+  auto impl = std::make_unique<Impl>();
+  impl->secret = secret;
+  boost::system::error_code ec;
+  auto addr = asio::ip::make_address(bindAddr.empty() ? "0.0.0.0" : bindAddr, ec);
+  if (ec) return invalidArgument("store: bad bind address '%s'", bindAddr.c_str());
+  tcp::endpoint ep(addr, port);
+  impl->acceptor.open(ep.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(ep, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return systemError("store: cannot listen on %s:%u: %s", bindAddr.c_str(), port, ec.message().c_str());
+  auto server = std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
+  return server;
+}
+
+StoreServer::StoreServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  port_ = impl_->acceptor.local_endpoint().port();
+  asio::co_spawn(impl_->io, impl_->acceptLoop(), asio::detached);
+  thread_ = std::thread([io = &impl_->io] {
+    pthread_setname_np(pthread_self(), "hc-store");
+    io->run();
+  });
+  HC_INFO(Boot, "store: serving on port %u", port_);
+}
+
+StoreServer::~StoreServer() {
+  asio::post(impl_->io, [impl = impl_.get()] {
+    boost::system::error_code ec;
+    impl->acceptor.close(ec);
+    for (auto& [key, timer] : impl->waiters) timer->cancel();
+    impl->io.stop();
+  });
+  if (thread_.joinable()) thread_.join();
+}
+
+// ---- client: blocking sockets, every wait bounded by poll() with the deadline ----
+
+namespace {
+
+Status waitFd(int fd, short events, Deadline deadline, const std::string& where, const char* what) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    int rc = poll(&p, 1, deadline.msLeft());
+    if (rc > 0) return okStatus();
+    if (rc == 0) return timeoutError("store at %s: timed out %s (HETCOMM_TIMEOUT)", where.c_str(), what);
+    if (errno != EINTR) return errnoStatus(errno, "store at %s: poll", where.c_str());
+  }
+}
+
+Status sendAll(int fd, const void* data, size_t n, Deadline deadline, const std::string& where) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    HC_TRY(waitFd(fd, POLLOUT, deadline, where, "sending"));
+    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return remoteError("store at %s: send failed: %s (did the store's process exit?)", where.c_str(),
+                         std::strerror(errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  return okStatus();
+}
+
+Status recvAll(int fd, void* data, size_t n, Deadline deadline, const std::string& where, const char* what) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    HC_TRY(waitFd(fd, POLLIN, deadline, where, what));
+    ssize_t r = ::recv(fd, p, n, 0);
+    if (r == 0) return remoteError("store at %s closed the connection while %s (the store's process exited?)",
+                                   where.c_str(), what);
+    if (r < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      return remoteError("store at %s: receive failed: %s", where.c_str(), std::strerror(errno));
+    }
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return okStatus();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& addr, uint16_t port,
+                                                          const crypto::Secret& secret, Deadline deadline) {
+  std::string where = addr + ":" + std::to_string(port);
+  asio::io_context io;
+  tcp::resolver resolver(io);
+  boost::system::error_code ec;
+  auto endpoints = resolver.resolve(addr, std::to_string(port), ec);
+  if (ec) return invalidArgument("store address %s does not resolve: %s", where.c_str(), ec.message().c_str());
+  std::string lastError;
+  // The server may not be up yet (rank 0 starts it while the others already dial): retry until the deadline.
+  for (int attempt = 0;; ++attempt) {
+    for (const auto& ep : endpoints) {
+      tcp::socket sock(io);
+      sock.connect(ep.endpoint(), ec);
+      if (ec) {
+        lastError = ec.message();
+        continue;
+      }
+      sock.set_option(tcp::no_delay(true), ec);
+      int fd = sock.release();
+      auto client = std::unique_ptr<StoreClient>(new StoreClient(fd, where));
+      Hello hello;
+      Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");
+      if (st.ok() && hello.magic != kHelloMagic)
+        st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
+      Proof proof;
+      if (st.ok()) st = crypto::randomBytes(proof.nonce);
+      if (st.ok()) {
+        proof.mac = crypto::prove(secret, hello.nonce, "store-client");
+        st = sendAll(fd, &proof, sizeof(proof), deadline, where);
+      }
+      Welcome welcome;
+      if (st.ok()) {
+        st = recvAll(fd, &welcome, sizeof(welcome), deadline, where, "authenticating");
+        if (!st.ok() && st.code() == Code::kRemote)
+          st = remoteError("store at %s refused this rank: wrong secret (a stale or foreign unique id?)",
+                           where.c_str());
+      }
+      if (st.ok() && !crypto::macEqual(welcome.mac, crypto::prove(secret, proof.nonce, "store-server")))
+        st = remoteError("the store at %s failed to prove it knows the job secret", where.c_str());
+      if (!st.ok()) return st;
+      HC_TRACE(Boot, "store: connected to %s", where.c_str());
+      return client;
+    }
+    if (deadline.expired())
+      return timeoutError("cannot reach the rendezvous store at %s: %s (is rank 0 / the launcher running, and the "
+                          "address right?)",
+                          where.c_str(), lastError.c_str());
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 500)));
+  }
+}
+
+StoreClient::~StoreClient() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status StoreClient::request(uint8_t op, const std::string& key, const std::vector<std::byte>& value,
+                            Deadline deadline, std::vector<std::byte>* reply) {
+  if (fd_ < 0) return remoteError("store at %s: connection lost earlier", where_.c_str());
+  ReqHeader h{};
+  h.op = op;
+  h.keyLen = static_cast<uint32_t>(key.size());
+  h.valueLen = value.size();
+  Status st = sendAll(fd_, &h, sizeof(h), deadline, where_);
+  if (st.ok()) st = sendAll(fd_, key.data(), key.size(), deadline, where_);
+  if (st.ok() && !value.empty()) st = sendAll(fd_, value.data(), value.size(), deadline, where_);
+  ReplyHeader rh{};
+  std::string what = "waiting for key " + key;
+  if (st.ok()) st = recvAll(fd_, &rh, sizeof(rh), deadline, where_, what.c_str());
+  if (st.ok() && (rh.status != 0 || rh.len > kMaxValue)) st = remoteError("store at %s: bad reply", where_.c_str());
+  if (st.ok()) {
+    reply->resize(rh.len);
+    st = recvAll(fd_, reply->data(), rh.len, deadline, where_, what.c_str());
+  }
+  if (!st.ok()) {
+    // A request cut half-way leaves the stream out of step: this connection is done.
+    ::close(fd_);
+    fd_ = -1;
+  }
+  return st;
+}
+
+Status StoreClient::set(const std::string& key, const std::vector<std::byte>& value) {
+  std::vector<std::byte> reply;
+  return request(kSet, key, value, Deadline::afterSec(60), &reply);
+}
+
+Result<std::vector<std::byte>> StoreClient::get(const std::string& key, Deadline deadline) {
+  std::vector<std::byte> reply;
+  HC_TRY(request(kGet, key, {}, deadline, &reply));
+  return reply;
+}
+
+Result<int64_t> StoreClient::add(const std::string& key, int64_t delta) {
+  std::vector<std::byte> value(8), reply;
+  std::memcpy(value.data(), &delta, 8);
+  HC_TRY(request(kAdd, key, value, Deadline::afterSec(60), &reply));
+  int64_t out = 0;
+  if (reply.size() == 8) std::memcpy(&out, reply.data(), 8);
+  return out;
+}
+
+Result<std::vector<std::vector<std::byte>>> StoreClient::allGather(const std::string& prefix, int rank, int nranks,
+                                                                   const std::vector<std::byte>& mine,
+                                                                   Deadline deadline) {
+  HC_TRY(set(prefix + "/" + std::to_string(rank), mine));
+  std::vector<std::vector<std::byte>> all(nranks);
+  for (int i = 0; i < nranks; ++i) {
+    if (i == rank) {
+      all[i] = mine;
+      continue;
+    }
+    auto v = get(prefix + "/" + std::to_string(i), deadline);
+    if (!v) {
+      if (v.error().code() == Code::kTimeout)
+        return timeoutError("rank %d: rank %d did not join within HETCOMM_TIMEOUT (waiting for %s/%d)", rank, i,
+                            prefix.c_str(), i);
+      return v.error();
+    }
+    all[i] = std::move(*v);
+  }
+  return all;
+}
+
+Status StoreClient::barrier(const std::string& prefix, int nranks, Deadline deadline) {
+  HC_ASSIGN_OR_RETURN(int64_t arrived, add(prefix + "/count", 1));
+  if (arrived == nranks) HC_TRY(set(prefix + "/go", {}));
+  auto go = get(prefix + "/go", deadline);
+  return go.status();
+}
+
+}  // namespace hetcomm::comm

@@ -1,0 +1,63 @@
+// store.h: the rendezvous store every communicator bootstraps through: a small key-value server over TCP
+// (Boost.Asio), started by rank 0's hetcommGetUniqueId or by the launcher, and its client.
+//
+// Every connection first proves it knows the job secret (challenge, HMAC; both directions) and only then may
+// set or get keys. get() waits until the key exists or the deadline passes. Values are opaque bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/crypto.h"
+#include "common/deadline.h"
+#include "common/status.h"
+
+namespace hetcomm::comm {
+
+class StoreServer {
+ public:
+  // Listens on bindAddr:port (port 0: any free port; bindAddr "" or "0.0.0.0": every interface) and serves
+  // on a thread of its own until destroyed.
+  static Result<std::unique_ptr<StoreServer>> start(const std::string& bindAddr, uint16_t port,
+                                                    const crypto::Secret& secret);
+  ~StoreServer();
+  uint16_t port() const { return port_; }
+
+  struct Impl;
+
+ private:
+  explicit StoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  uint16_t port_ = 0;
+  std::thread thread_;
+};
+
+class StoreClient {
+ public:
+  // Connects (retrying while the server is not up yet) and authenticates, within the deadline.
+  static Result<std::unique_ptr<StoreClient>> connect(const std::string& addr, uint16_t port,
+                                                      const crypto::Secret& secret, Deadline deadline);
+  ~StoreClient();
+
+  Status set(const std::string& key, const std::vector<std::byte>& value);
+  Result<std::vector<std::byte>> get(const std::string& key, Deadline deadline);
+  // Adds delta to the integer under key (0 when missing) and returns the new value.
+  Result<int64_t> add(const std::string& key, int64_t delta);
+
+  // Helpers built on the three operations. Keys live under prefix.
+  Result<std::vector<std::vector<std::byte>>> allGather(const std::string& prefix, int rank, int nranks,
+                                                         const std::vector<std::byte>& mine, Deadline deadline);
+  Status barrier(const std::string& prefix, int nranks, Deadline deadline);
+
+ private:
+  StoreClient(int fd, std::string where) : fd_(fd), where_(std::move(where)) {}
+  Status request(uint8_t op, const std::string& key, const std::vector<std::byte>& value, Deadline deadline,
+                 std::vector<std::byte>* reply);
+  int fd_;
+  std::string where_;  // "host:port" for messages
+};
+
+}  // namespace hetcomm::comm

@@ -1,0 +1,454 @@
+#include "comm/communicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "comm/engine.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "common/strings.h"
+#include "hetcomm/hetcomm.h"
+#include "topology/host_identity.h"
+#include "transports/tcp/tcp_transport.h"
+
+namespace hetcomm::comm {
+
+HC_PARAM_STR(transportName, "TRANSPORT", "")
+HC_PARAM_STR(algoName, "ALGO", "")
+HC_PARAM_INT(chunkBytesParam, "CHUNK_BYTES", 512 << 10)
+
+namespace {
+
+constexpr size_t kMaxCachedPlans = 256;
+
+// What every rank publishes at init.
+struct PeerInfo {
+  std::string hostId, hostName;
+  int pid = 0;
+  std::vector<std::byte> blob;
+};
+
+void putString(std::vector<std::byte>& out, const std::string& s) {
+  uint32_t n = static_cast<uint32_t>(s.size());
+  auto* p = reinterpret_cast<const std::byte*>(&n);
+  out.insert(out.end(), p, p + 4);
+  auto* q = reinterpret_cast<const std::byte*>(s.data());
+  out.insert(out.end(), q, q + s.size());
+}
+
+bool getString(std::span<const std::byte>& in, std::string* s) {
+  uint32_t n;
+  if (in.size() < 4) return false;
+  std::memcpy(&n, in.data(), 4);
+  if (in.size() - 4 < n) return false;
+  s->assign(reinterpret_cast<const char*>(in.data() + 4), n);
+  in = in.subspan(4 + n);
+  return true;
+}
+
+std::vector<std::byte> encodePeer(const PeerInfo& p) {
+  std::vector<std::byte> out;
+  putString(out, p.hostId);
+  putString(out, p.hostName);
+  putString(out, std::to_string(p.pid));
+  out.insert(out.end(), p.blob.begin(), p.blob.end());
+  return out;
+}
+
+Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
+  PeerInfo p;
+  std::span<const std::byte> in(raw);
+  std::string pid;
+  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &pid))
+    return remoteError("rank %d published a malformed peer record", rank);
+  p.pid = std::atoi(pid.c_str());
+  p.blob.assign(in.begin(), in.end());
+  return p;
+}
+
+// A child communicator's id: the same on every member, different for every split and color.
+uint64_t mixId(uint64_t parent, uint64_t seq, int64_t color) {
+  uint64_t x = parent ^ (seq * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(color) * 0xbf58476d1ce4e5b9ull);
+  x ^= x >> 31;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 29;
+  return x ? x : 1;
+}
+
+struct Descriptor {
+  uint8_t kind, dtype, op, pad;
+  int32_t root;
+  uint64_t count;
+  uint64_t seq;
+};
+
+coll::Args argsOf(const Descriptor& d) {
+  coll::Args a;
+  a.kind = static_cast<coll::CollKind>(d.kind);
+  a.dtype = static_cast<kernels::DataType>(d.dtype);
+  a.op = static_cast<kernels::RedOp>(d.op);
+  a.root = d.root;
+  a.count = d.count;
+  return a;
+}
+
+bool isReduction(coll::CollKind k) {
+  return k == coll::CollKind::kAllReduce || k == coll::CollKind::kReduce || k == coll::CollKind::kReduceScatter;
+}
+
+}  // namespace
+
+Communicator::Communicator(int rank, int nranks, CommOptions options)
+    : rank_(rank), nranks_(nranks), options_(std::move(options)) {
+  forcedAlgo_ = algoName();
+  chunkBytes_ = static_cast<size_t>(std::max<int64_t>(4096, chunkBytesParam()));
+}
+
+Communicator::~Communicator() {
+  if (initThread.joinable()) initThread.join();
+}
+
+std::string Communicator::keyPrefix() const { return format("c%016llx", static_cast<unsigned long long>(commId_)); }
+
+Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
+  log::ScopedRank scope(rank_, name());
+  id_ = id;
+  commId_ = commId;
+  const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
+  HC_ASSIGN_OR_RETURN(store_, StoreClient::connect(id.addr, id.port, id.secret, deadline));
+
+  const std::string& forced = transportName();
+  if (!forced.empty() && forced != "tcp")
+    return invalidArgument("HETCOMM_TRANSPORT=%s: this build has only the tcp transport", forced.c_str());
+  transport::Config tc;
+  tc.rank = rank_;
+  tc.nranks = nranks_;
+  tc.secret = id.secret;
+  tc.commId = commId;
+  tc.timeoutSec = options_.timeoutSec;
+  tc.hostId = topo::hostIdentity();
+  HC_ASSIGN_OR_RETURN(auto tcp, transport::tcp::TcpTransport::create(tc));
+  transport_ = std::move(tcp);
+  HC_ASSIGN_OR_RETURN(auto blob, transport_->listen());
+
+  PeerInfo me{tc.hostId, topo::hostName(), static_cast<int>(getpid()), std::move(blob)};
+  HC_ASSIGN_OR_RETURN(auto raw, store_->allGather(keyPrefix() + "/peers", rank_, nranks_, encodePeer(me), deadline));
+  std::vector<PeerInfo> peers(nranks_);
+  std::vector<std::vector<std::byte>> blobs(nranks_);
+  std::vector<std::string> hosts;
+  for (int p = 0; p < nranks_; ++p) {
+    HC_ASSIGN_OR_RETURN(peers[p], decodePeer(raw[p], p));
+    if (p != rank_) blobs[p] = peers[p].blob;
+    if (std::find(hosts.begin(), hosts.end(), peers[p].hostId) == hosts.end()) hosts.push_back(peers[p].hostId);
+  }
+  HC_ASSIGN_OR_RETURN(conns_, transport_->connectAll(blobs, deadline));
+  connPtrs_.resize(nranks_);
+  for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
+  sendSeq_.assign(nranks_, 0);
+  recvSeq_.assign(nranks_, 0);
+  waitFd_ = transport_->waitFd();
+  HC_TRY(Engine::get().attach(this, waitFd_));
+  attached_ = true;
+  setState(kReady);
+  if (rank_ == 0 || log::enabled(log::kTrace, log::kInit))
+    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx, transport %s to every peer, chunk %s, algo %s",
+            nranks_, hosts.size(), hosts.size() == 1 ? "" : "s", (unsigned long long)commId_,
+            transport_->properties().name.c_str(), humanBytes(chunkBytes_).c_str(),
+            forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
+  for (int p = 0; p < nranks_; ++p)
+    if (conns_[p]) HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
+                            conns_[p]->describe().c_str());
+  return okStatus();
+}
+
+Status Communicator::split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out) {
+  log::ScopedRank scope(rank_, name());
+  HC_TRY(asyncError());
+  const uint64_t seq = ++splitSeq_;
+  const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
+  std::vector<std::byte> mine(8);
+  int32_t ck[2] = {color, key};
+  std::memcpy(mine.data(), ck, 8);
+  HC_ASSIGN_OR_RETURN(auto all, store_->allGather(keyPrefix() + format("/split%llu", (unsigned long long)seq), rank_,
+                                                  nranks_, mine, deadline));
+  out->reset();
+  if (color == HETCOMM_SPLIT_NOCOLOR) return okStatus();
+  std::vector<std::pair<std::pair<int, int>, int>> members;  // ((key, old rank), old rank)
+  for (int p = 0; p < nranks_; ++p) {
+    int32_t v[2];
+    if (all[p].size() != 8) return remoteError("rank %d sent a malformed split record", p);
+    std::memcpy(v, all[p].data(), 8);
+    if (v[0] == color) members.push_back({{v[1], p}, p});
+  }
+  std::sort(members.begin(), members.end());
+  int newRank = 0;
+  for (size_t i = 0; i < members.size(); ++i)
+    if (members[i].second == rank_) newRank = static_cast<int>(i);
+  auto child = std::make_unique<Communicator>(newRank, static_cast<int>(members.size()), options);
+  HC_INFO(Init, "split #%llu: color %d key %d -> rank %d of %zu", (unsigned long long)seq, color, key, newRank,
+          members.size());
+  HC_TRY(child->init(id_, mixId(commId_, seq, color)));
+  *out = std::move(child);
+  return okStatus();
+}
+
+Status Communicator::asyncError() const {
+  if (!failed_.load(std::memory_order_acquire)) return okStatus();
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mu_));
+  return error_;
+}
+
+uint64_t Communicator::nextCollectiveSeq() {
+  std::lock_guard<std::mutex> lock(mu_);
+  collSeq_ = collSeq_ >= 0x7fffffffull ? 1 : collSeq_ + 1;
+  return collSeq_;
+}
+
+uint32_t Communicator::nextP2pSeq(int peer, bool send) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return send ? sendSeq_[peer]++ : recvSeq_[peer]++;
+}
+
+Status Communicator::enqueue(std::shared_ptr<Op> op) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (op->stream) op->stream->pending.fetch_add(1);
+    queue_.push_back(std::move(op));
+  }
+  Engine::get().wake();
+  return okStatus();
+}
+
+bool Communicator::idle() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queue_.empty() && !busy_;
+}
+
+void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
+  op->error = st;
+  if (op->stream) {
+    std::lock_guard<std::mutex> lock(op->stream->mu);
+    if (!st.ok() && op->stream->firstError.ok()) op->stream->firstError = st;
+    op->stream->pending.fetch_sub(1);
+  }
+  op->state.store(st.ok() ? Op::kDone : Op::kFailed, std::memory_order_release);
+  Engine::get().notifyFinished();
+}
+
+Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(const Op& op) {
+  coll::GroupView g{rank_, nranks_, chunkBytes_};
+  HC_ASSIGN_OR_RETURN(const coll::Algorithm* algo, coll::selectAlgorithm(op.args, g, forcedAlgo_));
+  if (op.args.kind == coll::CollKind::kSendRecv) {
+    HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(op.args, g));
+    return std::make_shared<const coll::Schedule>(std::move(s));
+  }
+  const coll::Args& a = op.args;
+  std::string key = format("%d/%zu/%d/%d/%d/%d/%.*s", (int)a.kind, a.count, (int)a.dtype, (int)a.op, a.root,
+                           (int)a.inPlace, (int)algo->name().size(), algo->name().data());
+  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
+  HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(a, g));
+  auto plan = std::make_shared<const coll::Schedule>(std::move(s));
+  if (plans_.size() >= kMaxCachedPlans) plans_.clear();
+  plans_.emplace(std::move(key), plan);
+  HC_TRACE(Coll, "%s: algorithm %.*s, %zu steps, %s scratch", a.describe().c_str(), (int)algo->name().size(),
+           algo->name().data(), plan->steps.size(), humanBytes(plan->scratchBytes).c_str());
+  return plan;
+}
+
+std::vector<std::byte> Communicator::descriptor(const Op& op) const {
+  Descriptor d{};
+  d.kind = static_cast<uint8_t>(op.args.kind);
+  d.dtype = static_cast<uint8_t>(op.args.dtype);
+  d.op = static_cast<uint8_t>(op.args.op);
+  d.root = op.args.root;
+  d.count = op.args.count;
+  d.seq = op.seq;
+  std::vector<std::byte> out(sizeof(d));
+  std::memcpy(out.data(), &d, sizeof(d));
+  return out;
+}
+
+Status Communicator::checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const {
+  Descriptor d{}, m{};
+  std::memcpy(&d, theirs.data(), std::min(theirs.size(), sizeof(d)));
+  auto own = descriptor(mine);
+  std::memcpy(&m, own.data(), sizeof(m));
+  bool same = d.kind == m.kind && d.dtype == m.dtype && d.count == m.count && d.seq == m.seq;
+  auto kind = static_cast<coll::CollKind>(m.kind);
+  if (same && isReduction(kind)) same = d.op == m.op;
+  if (same && (kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce)) same = d.root == m.root;
+  if (same) return okStatus();
+  if (d.kind > static_cast<uint8_t>(coll::CollKind::kSendRecv) || d.dtype >= kernels::kNumDataTypes ||
+      d.op >= kernels::kNumRedOps)
+    return remoteError("rank %d sent a garbled operation descriptor", from);
+  return invalidUsage("collective mismatch at operation #%llu: rank %d called %s but rank %d called %s (operation "
+                      "#%llu there)",
+                      (unsigned long long)m.seq, rank_, mine.args.describe().c_str(), from,
+                      argsOf(d).describe().c_str(), (unsigned long long)d.seq);
+}
+
+Status Communicator::startOp(const std::shared_ptr<Op>& op) {
+  HC_ASSIGN_OR_RETURN(auto plan, planFor(*op));
+  if (plan->scratchBytes > scratchBytes_) {
+    scratch_.reset(new (std::align_val_t(64)) std::byte[plan->scratchBytes]);
+    scratchBytes_ = plan->scratchBytes;
+  }
+  std::vector<std::byte*> bufs = {static_cast<std::byte*>(const_cast<void*>(op->send)),
+                                  static_cast<std::byte*>(op->recv), scratch_.get()};
+  bufs.insert(bufs.end(), op->extras.begin(), op->extras.end());
+  exec_ = std::make_unique<coll::Executor>(plan, std::move(bufs), connPtrs_, op->seq);
+  if (op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1) {
+    int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
+    Op* raw = op.get();
+    exec_->addConsistencyCheck(next, prev, descriptor(*op), [this, raw, prev](std::span<const std::byte> theirs) {
+      return checkDescriptor(*raw, theirs, prev);
+    });
+  }
+  currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
+  op->state.store(Op::kRunning, std::memory_order_release);
+  return okStatus();
+}
+
+bool Communicator::progressOnce() {
+  log::ScopedRank scope(rank_, name());
+  if (failed_.load(std::memory_order_acquire)) {
+    std::deque<std::shared_ptr<Op>> drop;
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      drop.swap(queue_);
+      why = error_;
+    }
+    bool moved = !drop.empty() || current_;
+    if (current_) drop.push_front(current_);
+    current_.reset();
+    exec_.reset();
+    for (auto& op : drop) finishOp(op, why);
+    setBusy(false);
+    return moved;
+  }
+  bool moved = false;
+  if (!current_) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() && (!queue_.front()->after || queue_.front()->after->finished())) {
+        current_ = std::move(queue_.front());
+        queue_.pop_front();
+        busy_ = true;
+      }
+    }
+    if (!current_) return false;
+    moved = true;
+    if (Status st = startOp(current_); !st.ok()) {
+      fail(Status(st.code(), format("rank %d: %s: %s", rank_, current_->args.describe().c_str(),
+                                    std::string(st.message()).c_str())));
+      return true;
+    }
+  }
+  if (Status st = transport_->progress(); !st.ok()) {
+    fail(st);
+    return true;
+  }
+  auto done = exec_->advance(&moved);
+  const Op& op = *current_;
+  if (!done) {
+    fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, op.args.describe().c_str(),
+                                            (unsigned long long)op.seq, std::string(done.error().message()).c_str())));
+    return true;
+  }
+  if (*done) {
+    auto finished = std::move(current_);
+    exec_.reset();
+    currentDeadline_ = Deadline::never();
+    setBusy(false);
+    finishOp(finished, okStatus());
+    return true;
+  }
+  if (currentDeadline_.expired()) {
+    fail(timeoutError("rank %d: %s #%llu timed out after %g s (HETCOMM_TIMEOUT), still waiting for %s", rank_,
+                      op.args.describe().c_str(), (unsigned long long)op.seq, options_.timeoutSec,
+                      exec_->waitingOn().c_str()));
+    return true;
+  }
+  return moved;
+}
+
+void Communicator::setBusy(bool busy) {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_ = busy;
+}
+
+Deadline Communicator::deadline() const { return currentDeadline_; }
+
+void Communicator::closeConnections(const Status& why) {
+  for (auto& c : conns_)
+    if (c) c->close(why);
+}
+
+void Communicator::fail(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return;
+    error_ = why;
+  }
+  failed_.store(true, std::memory_order_release);
+  HC_WARN("%s", std::string(why.message()).c_str());
+  // Tell every peer why, so their pending operations fail now with this reason rather than at their timeout.
+  std::string reason(why.message());
+  for (auto& c : conns_)
+    if (c) c->sendAbort(reason);
+  closeConnections(why);
+  Engine::get().wake();
+}
+
+Status Communicator::finalize() {
+  Engine::get().waitUntil([this] { return idle(); });
+  HC_TRY(asyncError());
+  HC_TRY(store_->barrier(keyPrefix() + "/finalize", nranks_, Deadline::afterSec(options_.timeoutSec)));
+  setState(kFinalized);
+  return okStatus();
+}
+
+Status Communicator::destroy() {
+  if (initThread.joinable()) initThread.join();
+  if (attached_) {
+    Engine::get().waitUntil([this] { return idle(); });
+    Engine::get().detach(this, waitFd_);
+    attached_ = false;
+  }
+  closeConnections(invalidUsage("rank %d destroyed the communicator", rank_));
+  conns_.clear();
+  connPtrs_.clear();
+  transport_.reset();
+  store_.reset();
+  return okStatus();
+}
+
+void Communicator::abort() {
+  if (initThread.joinable()) initThread.join();
+  if (attached_) {
+    Engine::get().detach(this, waitFd_);
+    attached_ = false;
+  }
+  // The engine no longer runs this communicator: this thread fails what is left.
+  fail(remoteError("rank %d aborted the communicator (hetcommCommAbort)", rank_));
+  std::deque<std::shared_ptr<Op>> drop;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    drop.swap(queue_);
+    busy_ = false;
+  }
+  if (current_) drop.push_front(std::move(current_));
+  exec_.reset();
+  Status why = asyncError();
+  for (auto& op : drop) finishOp(op, why);
+  conns_.clear();
+  connPtrs_.clear();
+  transport_.reset();
+  store_.reset();
+}
+
+}  // namespace hetcomm::comm

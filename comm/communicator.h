@@ -1,0 +1,117 @@
+// communicator.h: a communicator is a group of ranks with a connection to each peer, a queue of operations, and
+// a sticky error. Life: init (bootstrap through the store, connect the transport), operations, then finalize /
+// destroy / abort. Everything on the data path (connections, the running executor, scratch) belongs to the
+// progress engine thread; API threads only queue ops and read state.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "collectives/executor.h"
+#include "comm/bootstrap/store.h"
+#include "comm/op.h"
+#include "comm/unique_id.h"
+#include "common/deadline.h"
+#include "transports/transport.h"
+
+namespace hetcomm::comm {
+
+struct CommOptions {
+  double timeoutSec = 300;  // HETCOMM_TIMEOUT unless the config says otherwise
+  std::string name;         // config commName, for logs
+};
+
+class Communicator {
+ public:
+  enum State : int { kInitializing, kReady, kInitFailed, kFinalized };
+
+  Communicator(int rank, int nranks, CommOptions options);
+  ~Communicator();
+
+  // Collective over the ranks: joins the store at id, exchanges addresses, connects. commId names this
+  // communicator's keys and connections.
+  Status init(const UniqueIdContent& id, uint64_t commId);
+  // Collective over this communicator; *out is null for HETCOMM_SPLIT_NOCOLOR.
+  Status split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out);
+
+  // Queues op (validated by the caller). Returns the comm's sticky error instead if it has one.
+  Status enqueue(std::shared_ptr<Op> op);
+  uint64_t nextCollectiveSeq();
+  uint32_t nextP2pSeq(int peer, bool send);
+
+  Status finalize();
+  // Waits for queued work (bounded by the timeout), then leaves the engine and closes everything.
+  Status destroy();
+  // Fails queued work now, tells the peers, leaves the engine, closes everything.
+  void abort();
+
+  // Engine thread only: advance the current operation; true when anything moved.
+  bool progressOnce();
+  // Engine thread only: the deadline of the running operation (never when idle).
+  Deadline deadline() const;
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  State state() const { return static_cast<State>(state_.load(std::memory_order_acquire)); }
+  void setState(State s) { state_.store(s, std::memory_order_release); }
+  Status asyncError() const;
+  const char* name() const { return options_.name.empty() ? nullptr : options_.name.c_str(); }
+  const CommOptions& options() const { return options_; }
+
+  // Non-blocking init (config blocking = 0) runs init on this thread.
+  std::thread initThread;
+  Status initError;
+
+ private:
+  bool idle();
+  void setBusy(bool busy);
+  void fail(const Status& why);  // engine thread, or a thread that detached the comm
+  void finishOp(const std::shared_ptr<Op>& op, Status st);
+  Status startOp(const std::shared_ptr<Op>& op);
+  Result<std::shared_ptr<const coll::Schedule>> planFor(const Op& op);
+  std::string keyPrefix() const;
+  std::vector<std::byte> descriptor(const Op& op) const;
+  Status checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const;
+  void closeConnections(const Status& why);
+
+  const int rank_, nranks_;
+  CommOptions options_;
+  std::atomic<int> state_{kInitializing};
+  uint64_t commId_ = 0;
+  UniqueIdContent id_;
+  std::unique_ptr<StoreClient> store_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::vector<std::unique_ptr<transport::Connection>> conns_;
+  std::vector<transport::Connection*> connPtrs_;
+  int waitFd_ = -1;
+  bool attached_ = false;
+
+  // Queue (API threads push, engine pops).
+  std::mutex mu_;
+  std::deque<std::shared_ptr<Op>> queue_;
+  Status error_;  // sticky, under mu_
+  bool busy_ = false;  // an op is running (under mu_): idle() must not see an empty queue as done
+  std::atomic<bool> failed_{false};
+  uint64_t collSeq_ = 0;
+  std::vector<uint32_t> sendSeq_, recvSeq_;
+  uint64_t splitSeq_ = 0;
+
+  // Engine thread only.
+  std::shared_ptr<Op> current_;
+  std::unique_ptr<coll::Executor> exec_;
+  Deadline currentDeadline_ = Deadline::never();
+  std::unique_ptr<std::byte[]> scratch_;
+  size_t scratchBytes_ = 0;
+  std::unordered_map<std::string, std::shared_ptr<const coll::Schedule>> plans_;
+  std::string forcedAlgo_;
+  size_t chunkBytes_ = 0;
+};
+
+}  // namespace hetcomm::comm

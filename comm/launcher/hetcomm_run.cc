@@ -1,0 +1,238 @@
+// hetcomm-run: starts N ranks of a program on this host, like torchrun or mpirun.
+//
+//   hetcomm-run -np 4 [-x NAME[=VALUE]]... [--no-prefix] [--grace SEC] [--] program [args...]
+//
+// The launcher hosts the job's rendezvous store itself and tells each rank where it is through HETCOMM_* variables
+// (HETCOMM_STORE=external), so no rank has to be special. It merges the ranks' output as "[rank] " lines, forwards
+// SIGINT, SIGTERM and SIGHUP to them, and stops the whole job as soon as one rank fails: a distributed job with a
+// dead rank can only hang. This file decides what to run; comm/launcher/process_group.cc runs it.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/bootstrap/store.h"
+#include "comm/launcher/process_group.h"
+#include "common/crypto.h"
+#include "common/strings.h"
+
+extern char** environ;
+
+namespace hetcomm::comm {
+namespace {
+
+// Exit status for a command line the launcher does not understand, as most Unix tools.
+constexpr int kUsageExit = 2;
+
+// Set per rank by the launcher; the bootstrap's env launch reads them. -x may not override them: a rank with the
+// wrong identity would hang the rendezvous instead of failing.
+constexpr const char* kOwnedVariables[] = {
+    "HETCOMM_RANK",        "HETCOMM_WORLD_SIZE",  "HETCOMM_LOCAL_RANK", "HETCOMM_LOCAL_WORLD_SIZE",
+    "HETCOMM_MASTER_ADDR", "HETCOMM_MASTER_PORT", "HETCOMM_SECRET",     "HETCOMM_STORE",
+};
+
+struct LaunchOptions {
+  int nranks = 0;
+  std::vector<std::string> exports;  // -x arguments as given
+  bool noPrefix = false;
+  double graceSec = 3;
+  std::vector<std::string> program;  // the program and its arguments
+};
+
+bool isOwned(std::string_view name) {
+  for (const char* owned : kOwnedVariables) {
+    if (name == owned) return true;
+  }
+  return false;
+}
+
+bool isValidName(std::string_view name) {
+  if (name.empty() || (name[0] >= '0' && name[0] <= '9')) return false;
+  for (char c : name) {
+    if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
+// Returns an exit status to stop with, or -1 to go on.
+int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
+  CLI::App app(
+      "Starts N ranks of program on this host with the HETCOMM_* environment a communicator bootstraps from, and\n"
+      "hosts their rendezvous store.\n\n"
+      "Usage: hetcomm-run -np N [options] [--] program [args...]",
+      "hetcomm-run");
+  app.add_option("-n,--np,--nproc-per-node", opts.nranks, "Number of ranks to start (also -np)")
+      ->required()
+      ->check(CLI::Range(1, 65536));
+  app.add_option("-x", opts.exports, "Export NAME=VALUE, or NAME from this environment, to every rank (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--no-prefix", opts.noPrefix, "Pass the ranks' output lines through without the \"[rank] \" prefix");
+  app.add_option("--grace", opts.graceSec, "Seconds between SIGTERM and SIGKILL when stopping ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  app.footer(
+      "Each rank gets HETCOMM_RANK, HETCOMM_WORLD_SIZE, HETCOMM_LOCAL_RANK, HETCOMM_LOCAL_WORLD_SIZE,\n"
+      "HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET and HETCOMM_STORE=external.\n"
+      "When a rank fails the others are stopped and hetcomm-run exits with its code (128 + signal if killed).");
+
+  // The launcher's options end where the program starts: at "--" or at the first word that is neither an option
+  // nor an option's value. CLI11 sees only what comes before, so the program's own "-n" or "--help" stay its own.
+  // CLI11 also has no single-dash long names, so mpirun's "-np" becomes "--np" here.
+  std::vector<std::string> ours;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string word = argv[i];
+    if (word == "--") {
+      ++i;
+      break;
+    }
+    if (word.size() < 2 || word[0] != '-') break;
+    if (word == "-np") word = "--np";
+    bool valueAttached = word.find('=') != std::string::npos || (word[1] != '-' && word.size() > 2);
+    const CLI::Option* option = app.get_option_no_throw(word);
+    ours.push_back(std::move(word));
+    if (!valueAttached && option != nullptr && option->get_expected_min() > 0 && i + 1 < argc) {
+      ours.push_back(argv[++i]);
+    }
+  }
+  opts.program.assign(argv + i, argv + argc);
+
+  std::reverse(ours.begin(), ours.end());  // CLI11 consumes the vector from its back
+  try {
+    app.parse(ours);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "hetcomm-run: %s\nRun 'hetcomm-run --help' for usage.\n", e.what());
+    return kUsageExit;
+  }
+  if (opts.program.empty()) {
+    std::fprintf(stderr, "hetcomm-run: no program given\nUsage: hetcomm-run -np N [options] [--] program [args...]\n");
+    return kUsageExit;
+  }
+  return -1;
+}
+
+// The environment every rank shares: the launcher's own, with -x applied and the launcher's variables left out
+// (each rank gets its own values in rankEnvironment). Returns false after saying what is wrong with an -x.
+bool sharedEnvironment(const std::vector<std::string>& exports, std::vector<std::string>& env) {
+  std::vector<std::string> assignments;
+  for (const std::string& x : exports) {
+    size_t eq = x.find('=');
+    std::string name = x.substr(0, eq);
+    if (!isValidName(name)) {
+      std::fprintf(stderr, "hetcomm-run: -x '%s': expected NAME=VALUE or NAME\n", x.c_str());
+      return false;
+    }
+    if (isOwned(name)) {
+      std::fprintf(stderr, "hetcomm-run: -x %s: hetcomm-run sets it for each rank\n", name.c_str());
+      return false;
+    }
+    if (eq != std::string::npos) {
+      assignments.push_back(x);
+    } else if (const char* value = getenv(name.c_str())) {
+      assignments.push_back(name + "=" + value);
+    } else {
+      std::fprintf(stderr, "hetcomm-run: warning: -x %s: not set in this environment; not exported\n", name.c_str());
+    }
+  }
+  auto overridden = [&](std::string_view name) {
+    if (isOwned(name)) return true;
+    for (const std::string& a : assignments) {
+      if (std::string_view(a).substr(0, a.find('=')) == name) return true;
+    }
+    return false;
+  };
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view kv(*e);
+    if (!overridden(kv.substr(0, kv.find('=')))) env.emplace_back(kv);
+  }
+  // A later -x of the same name wins, as with a shell's export.
+  for (size_t a = 0; a < assignments.size(); ++a) {
+    std::string_view name = std::string_view(assignments[a]).substr(0, assignments[a].find('='));
+    bool later = false;
+    for (size_t b = a + 1; b < assignments.size() && !later; ++b) {
+      later = std::string_view(assignments[b]).substr(0, assignments[b].find('=')) == name;
+    }
+    if (!later) env.push_back(assignments[a]);
+  }
+  return true;
+}
+
+std::vector<std::string> rankEnvironment(const std::vector<std::string>& shared, int rank, int nranks,
+                                         uint16_t storePort, const std::string& secretHex) {
+  std::vector<std::string> env = shared;
+  // One host: the local rank is the rank. A multi-host launch would number them per host.
+  env.push_back(format("HETCOMM_RANK=%d", rank));
+  env.push_back(format("HETCOMM_WORLD_SIZE=%d", nranks));
+  env.push_back(format("HETCOMM_LOCAL_RANK=%d", rank));
+  env.push_back(format("HETCOMM_LOCAL_WORLD_SIZE=%d", nranks));
+  env.push_back("HETCOMM_MASTER_ADDR=127.0.0.1");
+  env.push_back(format("HETCOMM_MASTER_PORT=%u", static_cast<unsigned>(storePort)));
+  env.push_back("HETCOMM_SECRET=" + secretHex);
+  env.push_back("HETCOMM_STORE=external");
+  return env;
+}
+
+// fds 0-2 closed by whoever started us would be reused by the first pipes, and a rank's output would land in them.
+void ensureStandardFds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      int null = open("/dev/null", O_RDWR);  // takes the lowest free number: fd
+      if (null > 2) close(null);
+    }
+  }
+}
+
+int launch(int argc, char** argv) {
+  ensureStandardFds();
+  blockJobSignals();  // before the store's thread exists, which inherits the mask
+
+  LaunchOptions opts;
+  if (int code = parseCommandLine(argc, argv, opts); code >= 0) return code;
+
+  JobSpec spec;
+  int err = 0;
+  spec.path = resolveProgram(opts.program[0], &err);
+  if (spec.path.empty()) {
+    bool bare = opts.program[0].find('/') == std::string::npos;
+    std::fprintf(stderr, "hetcomm-run: cannot execute '%s': %s\n", opts.program[0].c_str(),
+                 err == ENOENT && bare ? "command not found in PATH" : std::strerror(err));
+    return err == ENOENT ? 127 : 126;
+  }
+  spec.argv = opts.program;
+  spec.prefixOutput = !opts.noPrefix;
+  spec.graceSec = opts.graceSec;
+  std::vector<std::string> shared;
+  if (!sharedEnvironment(opts.exports, shared)) return kUsageExit;
+
+  crypto::Secret secret;
+  if (Status st = crypto::randomBytes(secret); !st.ok()) {
+    std::fprintf(stderr, "hetcomm-run: cannot make the job secret: %s\n", st.toString().c_str());
+    return 1;
+  }
+  // Loopback only: every rank is on this host, and nothing else should even see the port.
+  auto store = StoreServer::start("127.0.0.1", 0, secret);
+  if (!store.has_value()) {
+    std::fprintf(stderr, "hetcomm-run: cannot start the rendezvous store: %s\n", store.error().toString().c_str());
+    return 1;
+  }
+  std::string secretHex = toHex(secret.data(), secret.size());
+  for (int rank = 0; rank < opts.nranks; ++rank) {
+    spec.envs.push_back(rankEnvironment(shared, rank, opts.nranks, (*store)->port(), secretHex));
+  }
+  return runJob(spec);
+}
+
+}  // namespace
+}  // namespace hetcomm::comm
+
+int main(int argc, char** argv) { return hetcomm::comm::launch(argc, argv); }

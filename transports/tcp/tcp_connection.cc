@@ -1,0 +1,403 @@
+#include "transports/tcp/tcp_connection.h"
+
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/buffer.hpp>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/strings.h"
+
+namespace hetcomm::transport::tcp {
+
+namespace asio = boost::asio;
+
+namespace {
+constexpr size_t kStagingBytes = 256 << 10;
+// Messages up to this size go whole on one socket; larger ones are cut into segments of this size and spread
+// over the sockets, so one message can use them all.
+constexpr size_t kSegmentBytes = 512 << 10;
+// A direct read into the destination pays off once this much payload is left.
+constexpr size_t kDirectReadBytes = 32 << 10;
+// Per socket and progress() call, so one busy peer cannot starve the others.
+constexpr size_t kReadBudgetBytes = 8 << 20;
+constexpr size_t kMaxAbortReason = 1024;
+constexpr size_t kMaxIov = 32;
+
+void finishRequest(Request* req, size_t bytes) {
+  req->state = Request::State::kDone;
+  req->bytes = bytes;
+}
+void failRequest(Request* req, const Status& why) {
+  if (req->finished()) return;
+  req->state = Request::State::kFailed;
+  req->error = why;
+}
+}  // namespace
+
+TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
+    : owner(o), sock(std::move(s)), index(i), fd_(sock.native_handle()), staging(kStagingBytes) {}
+
+TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
+                             std::string via)
+    : epollFd_(epollFd), myRank_(myRank), peer_(peer), via_(std::move(via)) {
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = s.get();
+    if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, s->fd(), &ev) != 0) {
+      broken_ = errnoStatus(errno, "tcp: epoll_ctl add for rank %d", peer_);
+      HC_WARN("%s", broken_.toString().c_str());
+    }
+    streams_.push_back(std::move(s));
+  }
+}
+
+TcpConnection::~TcpConnection() { close(invalidUsage("connection to rank %d closed", peer_)); }
+
+std::string TcpConnection::describe() const {
+  return format("r%d->r%d/tcp(%zu socket%s via %s)", myRank_, peer_, streams_.size(), streams_.size() == 1 ? "" : "s",
+                via_.c_str());
+}
+
+Status TcpConnection::peerGone() const {
+  if (!abortReason_.empty()) return remoteError("rank %d aborted: %s", peer_, abortReason_.c_str());
+  return remoteError("rank %d closed its connection to rank %d (tcp via %s): the peer exited or aborted", peer_,
+                     myRank_, via_.c_str());
+}
+
+// ---- sending ----
+
+Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64_t tag) {
+  req.state = Request::State::kPending;
+  req.bytes = 0;
+  if (!broken_.ok()) {
+    failRequest(&req, broken_);
+    return okStatus();
+  }
+  if (eofStreams_ > 0) {
+    failRequest(&req, peerGone());
+    return okStatus();
+  }
+  const size_t total = buf.size();
+  const size_t nseg = total <= kSegmentBytes ? 1 : (total + kSegmentBytes - 1) / kSegmentBytes;
+  req.pending = nseg;
+  uint32_t touched = 0;  // bit i: stream i got a segment
+  for (size_t i = 0; i < nseg; ++i) {
+    size_t off = i * kSegmentBytes;
+    size_t len = nseg == 1 ? total : std::min(kSegmentBytes, total - off);
+    // Least queued bytes first: spreads a large message over every socket, and keeps small ones off a busy one.
+    TcpStream* s = streams_[0].get();
+    for (auto& cand : streams_)
+      if (cand->queuedBytes < s->queuedBytes) s = cand.get();
+    FrameHeader h;
+    h.len = static_cast<uint32_t>(len);
+    h.tag = tag;
+    h.total = total;
+    h.offset = off;
+    s->sendq.push_back({&req, h, buf.data() + off, 0});
+    s->queuedBytes += len + sizeof(FrameHeader);
+    touched |= 1u << (s->index & 31);
+  }
+  for (auto& s : streams_)
+    if (touched & (1u << (s->index & 31))) flush(*s);
+  return okStatus();
+}
+
+void TcpConnection::setWantWrite(TcpStream& s, bool want) {
+  if (s.wantWrite == want || !s.sock.is_open()) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+  ev.data.ptr = &s;
+  if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0) {
+    fail(errnoStatus(errno, "tcp: epoll_ctl mod for rank %d", peer_));
+    return;
+  }
+  s.wantWrite = want;
+}
+
+void TcpConnection::flush(TcpStream& s) {
+  std::array<asio::const_buffer, kMaxIov> iov;
+  while (!s.sendq.empty() && broken_.ok()) {
+    size_t n = 0;
+    for (auto it = s.sendq.begin(); it != s.sendq.end() && n + 2 <= kMaxIov; ++it) {
+      size_t hdrLeft = it->sent < sizeof(FrameHeader) ? sizeof(FrameHeader) - it->sent : 0;
+      if (hdrLeft) iov[n++] = asio::const_buffer(reinterpret_cast<const char*>(&it->hdr) + it->sent, hdrLeft);
+      size_t paySent = it->sent > sizeof(FrameHeader) ? it->sent - sizeof(FrameHeader) : 0;
+      if (it->hdr.len > paySent) iov[n++] = asio::const_buffer(it->data + paySent, it->hdr.len - paySent);
+    }
+    boost::system::error_code ec;
+    size_t wrote = s.sock.write_some(std::span(iov.data(), n), ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      setWantWrite(s, true);
+      return;
+    }
+    if (ec == asio::error::interrupted) continue;
+    if (ec) {
+      fail(remoteError("send to rank %d over tcp (via %s) failed: %s", peer_, via_.c_str(), ec.message().c_str()));
+      return;
+    }
+    s.queuedBytes -= std::min(s.queuedBytes, wrote);
+    while (wrote > 0) {  // retire what the kernel took
+      auto& seg = s.sendq.front();
+      size_t take = std::min(sizeof(FrameHeader) + seg.hdr.len - seg.sent, wrote);
+      seg.sent += take;
+      wrote -= take;
+      if (seg.sent < sizeof(FrameHeader) + seg.hdr.len) break;
+      Request* req = seg.req;
+      uint64_t total = seg.hdr.total;
+      s.sendq.pop_front();
+      if (--req->pending == 0) finishRequest(req, total);
+    }
+  }
+  setWantWrite(s, false);
+}
+
+void TcpConnection::onWritable(TcpStream& s) { flush(s); }
+
+void TcpConnection::sendAbort(std::string_view reason) noexcept {
+  if (!broken_.ok() || eofStreams_ > 0) return;
+  // Only on a socket that is between frames: a frame written into the middle of another would be garbage.
+  for (auto& s : streams_) {
+    if (!s->sendq.empty() || !s->sock.is_open()) continue;
+    std::string text(reason.substr(0, kMaxAbortReason));
+    FrameHeader h;
+    h.flags = FrameHeader::kAbort;
+    h.len = static_cast<uint32_t>(text.size());
+    h.total = text.size();
+    std::array<asio::const_buffer, 2> iov{asio::const_buffer(&h, sizeof(h)), asio::buffer(text)};
+    boost::system::error_code ec;
+    s->sock.write_some(iov, ec);  // best effort: the socket buffer is empty, so a short frame fits whole
+    return;
+  }
+}
+
+// ---- receiving ----
+
+Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag) {
+  req.state = Request::State::kPending;
+  req.bytes = 0;
+  auto it = inbound_.find(tag);
+  if (it != inbound_.end()) {
+    Inbound& in = it->second;
+    if (in.req) return internalError("tcp: a receive with tag %#llx from rank %d is already posted",
+                                     (unsigned long long)tag, peer_);
+    if (in.total != buf.size()) {
+      failRequest(&req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                                     "made with different counts?",
+                                     peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_,
+                                     buf.size()));
+      if (in.complete) inbound_.erase(it);
+      return okStatus();
+    }
+    if (in.complete) {
+      if (!buf.empty()) std::memcpy(buf.data(), in.buf.data(), buf.size());
+      finishRequest(&req, buf.size());
+      inbound_.erase(it);
+      return okStatus();
+    }
+    in.req = &req;  // partly here: lands in in.buf, copied out on completion
+    in.user = buf;
+    return okStatus();
+  }
+  if (!broken_.ok()) {
+    failRequest(&req, broken_);
+    return okStatus();
+  }
+  if (eofStreams_ == streams_.size()) {
+    failRequest(&req, peerGone());
+    return okStatus();
+  }
+  Inbound& in = inbound_[tag];
+  in.req = &req;
+  in.user = buf;
+  return okStatus();
+}
+
+TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
+  Inbound& in = inbound_[h.tag];
+  if (!in.haveHeader) {
+    in.haveHeader = true;
+    in.total = h.total;
+    if (in.req && in.user.size() == h.total) {
+      in.intoUser = true;
+    } else {
+      if (in.req) {
+        failRequest(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
+                                         "calls made with different counts?",
+                                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, myRank_,
+                                         in.user.size()));
+        in.req = nullptr;
+      }
+      in.buf.resize(h.total);
+    }
+  }
+  if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
+    fail(remoteError("rank %d sent a malformed frame (tag %#llx, offset %llu, len %u, total %llu)", peer_,
+                     (unsigned long long)h.tag, (unsigned long long)h.offset, h.len, (unsigned long long)h.total));
+    return nullptr;
+  }
+  return &in;
+}
+
+void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
+  auto it = inbound_.find(h.tag);
+  HC_CHECK(it != inbound_.end());
+  Inbound& in = it->second;
+  in.received += n;
+  if (in.received == in.total) finishInbound(h.tag, in);
+}
+
+void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
+  in.complete = true;
+  if (!in.req) return;  // unexpected: waits for its irecv
+  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.data(), in.total);
+  finishRequest(in.req, in.total);
+  inbound_.erase(tag);
+}
+
+bool TcpConnection::parse(TcpStream& s) {
+  while (s.begin < s.end) {
+    if (!s.inPayload) {
+      size_t avail = s.end - s.begin;
+      if (avail < sizeof(FrameHeader)) break;
+      FrameHeader h;
+      std::memcpy(&h, s.staging.data() + s.begin, sizeof(h));
+      if (h.magic != FrameHeader::kMagic) {
+        fail(remoteError("rank %d sent garbage on tcp (bad frame magic %#x)", peer_, h.magic));
+        return false;
+      }
+      if (h.flags == FrameHeader::kAbort) {
+        if (h.len > kMaxAbortReason) {
+          fail(remoteError("rank %d sent an oversized abort frame", peer_));
+          return false;
+        }
+        if (avail < sizeof(h) + h.len) break;  // wait for the whole reason
+        abortReason_.assign(reinterpret_cast<const char*>(s.staging.data() + s.begin + sizeof(h)), h.len);
+        if (abortReason_.empty()) abortReason_ = "no reason given";
+        s.begin += sizeof(h) + h.len;
+        fail(peerGone());
+        return false;
+      }
+      s.begin += sizeof(h);
+      s.cur = h;
+      s.curDone = 0;
+      if (!beginSegment(h)) return false;
+      s.inPayload = true;
+      if (h.len == 0) {
+        s.inPayload = false;
+        payloadArrived(h, 0);
+      }
+      continue;
+    }
+    Inbound& in = inbound_.at(s.cur.tag);
+    size_t n = std::min(s.end - s.begin, static_cast<size_t>(s.cur.len) - s.curDone);
+    std::memcpy(in.base() + s.cur.offset + s.curDone, s.staging.data() + s.begin, n);
+    s.begin += n;
+    s.curDone += n;
+    if (s.curDone == s.cur.len) s.inPayload = false;
+    payloadArrived(s.cur, n);
+  }
+  // Keep a partial header at the front so the next read appends to it.
+  if (s.begin == s.end) {
+    s.begin = s.end = 0;
+  } else if (s.begin > 0) {
+    std::memmove(s.staging.data(), s.staging.data() + s.begin, s.end - s.begin);
+    s.end -= s.begin;
+    s.begin = 0;
+  }
+  return true;
+}
+
+void TcpConnection::onReadable(TcpStream& s) {
+  size_t budget = kReadBudgetBytes;
+  while (budget > 0 && broken_.ok() && !s.eof) {
+    boost::system::error_code ec;
+    size_t n;
+    bool direct = false;
+    if (s.inPayload && s.begin == s.end && s.cur.len - s.curDone >= kDirectReadBytes) {
+      // The rest of this segment goes straight to where it belongs.
+      Inbound& in = inbound_.at(s.cur.tag);
+      std::byte* dst = in.base() + s.cur.offset + s.curDone;
+      n = s.sock.read_some(asio::buffer(dst, s.cur.len - s.curDone), ec);
+      direct = true;
+    } else {
+      n = s.sock.read_some(asio::buffer(s.staging.data() + s.end, s.staging.size() - s.end), ec);
+    }
+    if (ec == asio::error::would_block || ec == asio::error::try_again) return;
+    if (ec == asio::error::interrupted) continue;
+    if (ec == asio::error::eof) {
+      streamEof(s);
+      return;
+    }
+    if (ec) {
+      fail(remoteError("receive from rank %d over tcp (via %s) failed: %s (the peer died?)", peer_, via_.c_str(),
+                       ec.message().c_str()));
+      return;
+    }
+    budget -= std::min(budget, n);
+    if (direct) {
+      s.curDone += n;
+      if (s.curDone == s.cur.len) s.inPayload = false;
+      payloadArrived(s.cur, n);
+    } else {
+      s.end += n;
+      if (!parse(s)) return;
+    }
+  }
+}
+
+void TcpConnection::streamEof(TcpStream& s) {
+  s.eof = true;
+  epoll_ctl(epollFd_, EPOLL_CTL_DEL, s.fd(), nullptr);  // an EOF socket is always readable: stop watching it
+  ++eofStreams_;
+  if (s.inPayload || s.begin != s.end) {
+    fail(remoteError("rank %d closed its tcp connection in the middle of a message (the peer died?)", peer_));
+    return;
+  }
+  if (eofStreams_ < streams_.size()) return;
+  // The peer closed every socket, so everything it sent is here. Receives that are still waiting never complete.
+  Status gone = peerGone();
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    if (it->second.complete && !it->second.req) {
+      ++it;
+      continue;
+    }
+    if (it->second.req) failRequest(it->second.req, gone);
+    it = inbound_.erase(it);
+  }
+  for (auto& st : streams_) {
+    for (auto& seg : st->sendq) failRequest(seg.req, gone);
+    st->sendq.clear();
+    st->queuedBytes = 0;
+  }
+}
+
+void TcpConnection::fail(Status why) {
+  if (!broken_.ok()) return;
+  broken_ = why;
+  HC_TRACE(Net, "tcp: connection to rank %d failed: %s", peer_, why.toString().c_str());
+  for (auto& [tag, in] : inbound_)
+    if (in.req) failRequest(in.req, why);
+  inbound_.clear();
+  for (auto& s : streams_) {
+    for (auto& seg : s->sendq) failRequest(seg.req, why);
+    s->sendq.clear();
+    s->queuedBytes = 0;
+    if (s->sock.is_open()) {
+      if (!s->eof) epoll_ctl(epollFd_, EPOLL_CTL_DEL, s->fd(), nullptr);
+      boost::system::error_code ec;
+      // Closing tells the peer at once, so its pending receives fail now rather than at its timeout.
+      s->sock.shutdown(asio::ip::tcp::socket::shutdown_both, ec);
+      s->sock.close(ec);
+    }
+  }
+}
+
+void TcpConnection::close(const Status& why) noexcept { fail(why); }
+
+}  // namespace hetcomm::transport::tcp

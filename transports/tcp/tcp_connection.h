@@ -1,0 +1,122 @@
+// tcp_connection.h: one peer over TCP, striped over one or more sockets (streams).
+//
+// Wire format: every segment is a 40-byte FrameHeader followed by `len` payload bytes. A message of `total`
+// bytes is cut into segments (each carries its offset), spread over the streams by queued bytes, and
+// reassembled by tag on the other side, so large messages use every socket at once. The receive side reads
+// payload straight into the posted buffer when the receive was posted before the data came; otherwise into a
+// buffer of its own, copied out when the receive is posted.
+//
+// Threading: only the progress engine thread calls a connection (and the transport's progress()).
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace hetcomm::transport::tcp {
+
+struct FrameHeader {
+  static constexpr uint32_t kMagic = 0x46544348;  // "HCTF"
+  enum Flags : uint16_t { kData = 0, kAbort = 1 };
+  uint32_t magic = kMagic;
+  uint16_t flags = kData;
+  uint16_t reserved = 0;
+  uint32_t len = 0;     // payload bytes of this segment
+  uint32_t pad = 0;
+  uint64_t tag = 0;
+  uint64_t total = 0;   // bytes of the whole message
+  uint64_t offset = 0;  // of this segment within the message
+};
+static_assert(sizeof(FrameHeader) == 40);
+
+class TcpConnection;
+
+// One socket of a connection, with its own send queue and receive state machine.
+struct TcpStream {
+  struct Segment {
+    Request* req;
+    FrameHeader hdr;
+    const std::byte* data;
+    size_t sent = 0;  // of header + payload
+  };
+
+  TcpStream(TcpConnection* owner, boost::asio::ip::tcp::socket sock, int index);
+  int fd() const { return fd_; }
+
+  TcpConnection* owner;
+  boost::asio::ip::tcp::socket sock;
+  int index;
+  int fd_;
+
+  std::deque<Segment> sendq;
+  size_t queuedBytes = 0;
+  bool wantWrite = false;  // EPOLLOUT registered
+
+  std::vector<std::byte> staging;  // received bytes not yet parsed: [begin, end)
+  size_t begin = 0, end = 0;
+  bool inPayload = false;
+  FrameHeader cur;
+  size_t curDone = 0;  // payload bytes of cur consumed
+  bool eof = false;
+};
+
+class TcpConnection final : public Connection {
+ public:
+  TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
+                std::string via);
+  ~TcpConnection() override;
+
+  int peer() const override { return peer_; }
+  Status isend(Request& req, std::span<const std::byte> buf, uint64_t tag) override;
+  Status irecv(Request& req, std::span<std::byte> buf, uint64_t tag) override;
+  void sendAbort(std::string_view reason) noexcept override;
+  void close(const Status& why) noexcept override;
+  std::string describe() const override;
+
+  // Called by the transport's progress() for a ready socket.
+  void onReadable(TcpStream& s);
+  void onWritable(TcpStream& s);
+
+ private:
+  // A message being received, keyed by tag: created by irecv (posted) or by its first segment (unexpected).
+  struct Inbound {
+    Request* req = nullptr;
+    std::span<std::byte> user;
+    bool haveHeader = false;
+    bool intoUser = false;  // payload lands in `user` directly
+    bool complete = false;
+    uint64_t total = 0;
+    uint64_t received = 0;
+    std::vector<std::byte> buf;  // payload when not intoUser
+    std::byte* base() { return intoUser ? user.data() : buf.data(); }
+  };
+
+  void flush(TcpStream& s);
+  void setWantWrite(TcpStream& s, bool want);
+  // Parses staged bytes; returns false when the stream's data is garbage (connection failed).
+  bool parse(TcpStream& s);
+  Inbound* beginSegment(const FrameHeader& h);
+  void payloadArrived(const FrameHeader& h, size_t n);
+  void finishInbound(uint64_t tag, Inbound& in);
+  void fail(Status why);
+  void streamEof(TcpStream& s);
+  Status peerGone() const;
+
+  int epollFd_;
+  int myRank_;
+  int peer_;
+  std::string via_;
+  std::vector<std::unique_ptr<TcpStream>> streams_;
+  std::unordered_map<uint64_t, Inbound> inbound_;
+  Status broken_;  // once set, every new request fails with it
+  size_t eofStreams_ = 0;
+  std::string abortReason_;  // reassembled abort frame payload
+};
+
+}  // namespace hetcomm::transport::tcp

@@ -1,0 +1,419 @@
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
+
+#include "transports/tcp/tcp_transport.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/ip/address.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <cstring>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/strings.h"
+#include "transports/tcp/tcp_connection.h"
+
+namespace hetcomm::transport::tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+HC_PARAM_STR(socketIfname, "SOCKET_IFNAME", "")
+HC_PARAM_INT(nsocksPerPeer, "NSOCKS_PERPEER", 2)
+
+namespace {
+
+constexpr int kMaxSockets = 16;
+constexpr double kDialAttemptSec = 10;
+
+// ---- handshake messages (fixed size, sent as bytes; all ranks of a job share one byte order) ----
+struct Hello {
+  static constexpr uint32_t kMagic = 0x41544348;  // "HCTA"
+  uint32_t magic = kMagic;
+  uint32_t version = 1;
+  crypto::Nonce nonce{};
+};
+struct Reply {
+  static constexpr uint32_t kMagic = 0x52544348;  // "HCTR"
+  uint32_t magic = kMagic;
+  uint32_t rank = 0;
+  uint32_t sockIdx = 0;
+  uint32_t nsocks = 0;
+  uint64_t commId = 0;
+  crypto::Nonce nonce{};
+  crypto::Mac mac{};
+};
+struct Ack {
+  static constexpr uint32_t kMagic = 0x4b544348;  // "HCTK"
+  uint32_t magic = kMagic;
+  uint32_t ok = 1;
+  crypto::Mac mac{};
+};
+
+// ---- blob: "key=value" lines ----
+struct PeerInfo {
+  std::string host;
+  uint16_t port = 0;
+  std::vector<std::string> addrs;
+};
+
+std::vector<std::byte> encodeBlob(const std::string& host, uint16_t port, const std::vector<Interface>& ifaces) {
+  std::string text = "hctcp=1\nhost=" + host + "\nport=" + std::to_string(port) + "\naddrs=";
+  for (size_t i = 0; i < ifaces.size(); ++i) text += (i ? "," : "") + ifaces[i].addr;
+  text += "\n";
+  auto* p = reinterpret_cast<const std::byte*>(text.data());
+  return std::vector<std::byte>(p, p + text.size());
+}
+
+Result<PeerInfo> decodeBlob(std::span<const std::byte> blob, int peer) {
+  std::string text(reinterpret_cast<const char*>(blob.data()), blob.size());
+  PeerInfo info;
+  bool versionOk = false;
+  for (const auto& line : split(text, '\n')) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "hctcp") versionOk = value == "1";
+    else if (key == "host") info.host = value;
+    else if (key == "port") info.port = static_cast<uint16_t>(std::atoi(value.c_str()));
+    else if (key == "addrs") info.addrs = split(value, ',');
+  }
+  if (!versionOk || info.port == 0 || info.addrs.empty() || info.addrs[0].empty())
+    return remoteError("rank %d's tcp address blob is malformed", peer);
+  return info;
+}
+
+struct ConnectState {
+  asio::io_context& io;
+  const Config& cfg;
+  int nsocks;
+  std::vector<std::vector<std::optional<tcp::socket>>> socks;  // [peer][socket index]
+  std::vector<int> expectFrom;                                 // lower peers: sockets announced, -1 unknown
+  std::vector<int> gotFrom;
+  std::vector<std::string> via;
+  int dialsLeft = 0;
+  Status error;
+
+  bool done() const {
+    if (dialsLeft > 0) return false;
+    for (size_t p = 0; p < expectFrom.size(); ++p)
+      if (expectFrom[p] != 0 && gotFrom[p] != expectFrom[p]) return false;
+    return true;
+  }
+};
+
+template <class T>
+std::span<uint8_t> bytesOf(T& v) {
+  return {reinterpret_cast<uint8_t*>(&v), sizeof(T)};
+}
+
+asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info, std::vector<std::string> addrs) {
+  const Config& cfg = st.cfg;
+  std::string lastError = "no address to try";
+  for (const auto& addr : addrs) {
+    boost::system::error_code ec;
+    auto ip = asio::ip::make_address(addr, ec);
+    if (ec) {
+      lastError = "bad address " + addr;
+      continue;
+    }
+    tcp::socket sock(st.io);
+    // An unreachable address must not eat the whole deadline: close the socket when this attempt runs long.
+    asio::steady_timer timer(st.io, std::chrono::duration_cast<asio::steady_timer::duration>(
+                                        std::chrono::duration<double>(kDialAttemptSec)));
+    timer.async_wait([&sock](boost::system::error_code e) {
+      if (!e) sock.close();
+    });
+    co_await sock.async_connect(tcp::endpoint(ip, info.port), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec) {
+      timer.cancel();
+      lastError = format("connect to %s:%u: %s", addr.c_str(), info.port, ec.message().c_str());
+      continue;
+    }
+    Hello hello;
+    co_await asio::async_read(sock, asio::buffer(&hello, sizeof(hello)), asio::redirect_error(asio::use_awaitable, ec));
+    if (ec || hello.magic != Hello::kMagic) {
+      timer.cancel();
+      lastError = format("%s:%u did not answer with the hetcomm tcp handshake", addr.c_str(), info.port);
+      continue;
+    }
+    Reply reply;
+    reply.rank = static_cast<uint32_t>(cfg.rank);
+    reply.sockIdx = static_cast<uint32_t>(idx);
+    reply.nsocks = static_cast<uint32_t>(st.nsocks);
+    reply.commId = cfg.commId;
+    if (Status s = crypto::randomBytes(reply.nonce); !s.ok()) {
+      st.error = s;
+      co_return;
+    }
+    reply.mac = crypto::prove(cfg.secret, hello.nonce, "tcp-dial", cfg.rank, peer, cfg.commId, idx);
+    co_await asio::async_write(sock, asio::buffer(&reply, sizeof(reply)), asio::redirect_error(asio::use_awaitable, ec));
+    Ack ack;
+    if (!ec)
+      co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
+    timer.cancel();
+    if (ec || ack.magic != Ack::kMagic) {
+      lastError = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
+                         addr.c_str(), info.port);
+      continue;
+    }
+    if (!crypto::macEqual(ack.mac, crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId,
+                                                 idx))) {
+      lastError = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
+                         addr.c_str(), info.port, peer);
+      continue;
+    }
+    st.via[peer] = addr;
+    st.socks[peer][idx].emplace(std::move(sock));
+    --st.dialsLeft;
+    co_return;
+  }
+  if (st.error.ok()) st.error = remoteError("rank %d cannot reach rank %d over tcp: %s", cfg.rank, peer, lastError.c_str());
+}
+
+asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
+  const Config& cfg = st.cfg;
+  boost::system::error_code ec;
+  auto remote = sock.remote_endpoint(ec);
+  std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  Hello hello;
+  if (Status s = crypto::randomBytes(hello.nonce); !s.ok()) {
+    st.error = s;
+    co_return;
+  }
+  co_await asio::async_write(sock, asio::buffer(&hello, sizeof(hello)), asio::redirect_error(asio::use_awaitable, ec));
+  Reply r;
+  if (!ec) co_await asio::async_read(sock, asio::buffer(&r, sizeof(r)), asio::redirect_error(asio::use_awaitable, ec));
+  std::string why;
+  if (ec) why = "handshake read failed: " + ec.message();
+  else if (r.magic != Reply::kMagic) why = "it does not speak the hetcomm tcp handshake";
+  else if (r.commId != cfg.commId) why = "it belongs to another communicator";
+  else if (r.rank >= static_cast<uint32_t>(cfg.rank) || st.expectFrom[r.rank] == 0) why = format("rank %u is not expected to dial rank %d", r.rank, cfg.rank);
+  else if (r.nsocks == 0 || r.nsocks > kMaxSockets || r.sockIdx >= r.nsocks) why = "bad socket index";
+  else if (st.socks[r.rank][r.sockIdx]) why = "duplicate socket";
+  else if (!crypto::macEqual(r.mac, crypto::prove(cfg.secret, hello.nonce, "tcp-dial", r.rank, cfg.rank, cfg.commId,
+                                                  r.sockIdx)))
+    why = "wrong secret";
+  if (!why.empty()) {
+    HC_WARN("tcp: rank %d refused a connection from %s: %s", cfg.rank, from.c_str(), why.c_str());
+    co_return;  // the socket closes; set-up goes on
+  }
+  Ack ack;
+  ack.mac = crypto::prove(cfg.secret, r.nonce, "tcp-accept", cfg.rank, r.rank, cfg.commId, r.sockIdx);
+  co_await asio::async_write(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
+  if (ec) co_return;
+  st.via[r.rank] = remote.address().to_string();
+  st.expectFrom[r.rank] = static_cast<int>(r.nsocks);
+  st.socks[r.rank][r.sockIdx].emplace(std::move(sock));
+  ++st.gotFrom[r.rank];
+}
+
+asio::awaitable<void> acceptLoop(ConnectState& st, tcp::acceptor& acceptor) {
+  while (true) {
+    boost::system::error_code ec;
+    tcp::socket sock = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+    if (ec == asio::error::operation_aborted) co_return;
+    if (ec) {
+      HC_WARN("tcp: accept failed: %s", ec.message().c_str());
+      continue;
+    }
+    asio::co_spawn(st.io, acceptOne(st, std::move(sock)), asio::detached);
+  }
+}
+
+}  // namespace
+
+// ---- interfaces ----
+
+bool interfaceMatches(const std::string& spec, const std::string& ifname) {
+  if (spec.empty()) return ifname.rfind("docker", 0) != 0 && ifname.rfind("virbr", 0) != 0;
+  bool exclude = spec[0] == '^';
+  std::string list = exclude ? spec.substr(1) : spec;
+  bool exact = !list.empty() && list[0] == '=';
+  if (exact) list = list.substr(1);
+  bool hit = false;
+  for (const auto& tok : split(list, ',')) {
+    if (tok.empty()) continue;
+    if (exact ? ifname == tok : ifname.rfind(tok, 0) == 0) hit = true;
+  }
+  return exclude ? !hit : hit;
+}
+
+Result<std::vector<Interface>> selectInterfaces(const std::string& spec) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return errnoStatus(errno, "tcp: getifaddrs");
+  std::vector<Interface> out, loop;
+  for (ifaddrs* ifa = list; ifa; ifa = ifa->ifa_next) {
+    if (!ifa->ifa_addr || !(ifa->ifa_flags & IFF_UP)) continue;
+    int fam = ifa->ifa_addr->sa_family;
+    if (fam != AF_INET && fam != AF_INET6) continue;
+    if (!interfaceMatches(spec, ifa->ifa_name)) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (fam == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(ifa->ifa_addr)->sin_addr, buf, sizeof(buf));
+    } else {
+      auto* a6 = reinterpret_cast<sockaddr_in6*>(ifa->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) continue;  // needs a scope id: not portable across hosts
+      inet_ntop(AF_INET6, &a6->sin6_addr, buf, sizeof(buf));
+    }
+    Interface i{ifa->ifa_name, buf, (ifa->ifa_flags & IFF_LOOPBACK) != 0};
+    (i.loopback ? loop : out).push_back(i);
+  }
+  freeifaddrs(list);
+  // IPv4 before IPv6 within each group: the common case, and what emulated clusters use.
+  auto v4first = [](const Interface& a, const Interface& b) {
+    return (a.addr.find(':') == std::string::npos) > (b.addr.find(':') == std::string::npos);
+  };
+  std::stable_sort(out.begin(), out.end(), v4first);
+  std::stable_sort(loop.begin(), loop.end(), v4first);
+  out.insert(out.end(), loop.begin(), loop.end());
+  if (out.empty())
+    return invalidArgument("tcp: no network interface matches HETCOMM_SOCKET_IFNAME=%s", spec.c_str());
+  return out;
+}
+
+// ---- transport ----
+
+Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const Config& config) {
+  const std::string& spec = socketIfname();
+  HC_ASSIGN_OR_RETURN(auto ifaces, selectInterfaces(spec));
+  int64_t nsocks = nsocksPerPeer();
+  if (nsocks < 1 || nsocks > kMaxSockets)
+    return invalidArgument("HETCOMM_NSOCKS_PERPEER=%lld is out of range 1..%d", (long long)nsocks, kMaxSockets);
+  int epfd = epoll_create1(EPOLL_CLOEXEC);
+  if (epfd < 0) return errnoStatus(errno, "tcp: epoll_create1");
+  return std::unique_ptr<TcpTransport>(
+      new TcpTransport(config, std::move(ifaces), static_cast<int>(nsocks), epfd, !spec.empty()));
+}
+
+TcpTransport::TcpTransport(const Config& config, std::vector<Interface> ifaces, int nsocks, int epollFd,
+                           bool ifnameForced)
+    : config_(config), ifaces_(std::move(ifaces)), nsocks_(nsocks), epollFd_(epollFd), ifnameForced_(ifnameForced) {
+  props_.kind = Kind::kTcp;
+  props_.name = "tcp";
+  props_.reach = "ip";
+  props_.latencyUs = 20;
+  props_.bandwidthGBps = 1.25;
+}
+
+TcpTransport::~TcpTransport() {
+  acceptor_.reset();
+  if (epollFd_ >= 0) ::close(epollFd_);
+}
+
+Result<std::vector<std::byte>> TcpTransport::listen() {
+  boost::system::error_code ec;
+  bool v6only = ifaces_[0].addr.find(':') != std::string::npos;
+  tcp::endpoint ep(v6only ? tcp::v6() : tcp::v4(), 0);
+  acceptor_.emplace(io_);
+  acceptor_->open(ep.protocol(), ec);
+  if (!ec) acceptor_->bind(ep, ec);
+  if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return systemError("tcp: cannot listen: %s", ec.message().c_str());
+  uint16_t port = acceptor_->local_endpoint().port();
+  HC_TRACE(Net, "tcp: rank %d listening on port %u (%zu interfaces, first %s %s)", config_.rank, port,
+           ifaces_.size(), ifaces_[0].name.c_str(), ifaces_[0].addr.c_str());
+  return encodeBlob(config_.hostId, port, ifaces_);
+}
+
+Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
+    const std::vector<std::vector<std::byte>>& blobs, Deadline deadline) {
+  const int n = config_.nranks, me = config_.rank;
+  if (static_cast<int>(blobs.size()) != n) return internalError("tcp: %zu blobs for %d ranks", blobs.size(), n);
+  if (!acceptor_) return invalidUsage("tcp: connectAll before listen");
+
+  asio::io_context io;  // first: destroyed last, after the coroutine frames that use it
+  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0),
+                  std::vector<std::string>(n), 0, {}};
+  st.socks.resize(n);
+  for (auto& v : st.socks) v.resize(kMaxSockets);
+
+  // Lower rank dials; the higher accepts.
+  for (int p = 0; p < n; ++p) {
+    if (p == me || blobs[p].empty()) continue;
+    if (p < me) {
+      st.expectFrom[p] = -1;  // count announced in the handshake
+      continue;
+    }
+    HC_ASSIGN_OR_RETURN(PeerInfo info, decodeBlob(blobs[p], p));
+    std::vector<std::string> addrs;
+    if (info.host == config_.hostId && !ifnameForced_) addrs.push_back("127.0.0.1");
+    for (const auto& a : info.addrs)
+      if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
+    for (int k = 0; k < nsocks_; ++k) {
+      ++st.dialsLeft;
+      asio::co_spawn(io, dialOne(st, p, k, info, addrs), asio::detached);
+    }
+  }
+  boost::system::error_code ec;
+  tcp::acceptor acceptor(io);
+  auto proto = acceptor_->local_endpoint().protocol();
+  acceptor.assign(proto, acceptor_->release(), ec);
+  acceptor_.reset();
+  if (ec) return systemError("tcp: cannot take over the listening socket: %s", ec.message().c_str());
+  asio::co_spawn(io, acceptLoop(st, acceptor), asio::detached);
+
+  while (!st.done() && st.error.ok()) {
+    if (deadline.expired()) {
+      std::string missing;
+      for (int p = 0; p < n; ++p) {
+        bool ok = p == me || blobs[p].empty() ||
+                  (p < me ? st.expectFrom[p] > 0 && st.gotFrom[p] == st.expectFrom[p]
+                          : std::all_of(st.socks[p].begin(), st.socks[p].begin() + nsocks_,
+                                        [](const auto& s) { return s.has_value(); }));
+        if (!ok) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      }
+      return timeoutError("rank %d: tcp connection set-up timed out waiting for rank(s) %s (HETCOMM_TIMEOUT=%g s)",
+                          me, missing.c_str(), config_.timeoutSec);
+    }
+    io.run_one_for(std::chrono::milliseconds(100));
+  }
+  if (!st.error.ok()) return st.error;
+
+  // Hand the sockets to the non-blocking data path.
+  std::vector<std::unique_ptr<Connection>> conns(n);
+  for (int p = 0; p < n; ++p) {
+    if (p == me || blobs[p].empty()) continue;
+    int count = p < me ? st.expectFrom[p] : nsocks_;
+    std::vector<tcp::socket> socks;
+    for (int k = 0; k < count; ++k) {
+      tcp::socket& s = *st.socks[p][k];
+      auto protocol = s.local_endpoint(ec).protocol();
+      tcp::socket moved(io_);
+      moved.assign(protocol, s.release(), ec);
+      if (!ec) moved.non_blocking(true, ec);
+      if (!ec) moved.set_option(tcp::no_delay(true), ec);
+      if (ec) return systemError("tcp: socket set-up for rank %d: %s", p, ec.message().c_str());
+      socks.push_back(std::move(moved));
+    }
+    auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), st.via[p]);
+    HC_TRACE(Net, "tcp: %s", conn->describe().c_str());
+    conns[p] = std::move(conn);
+  }
+  return conns;
+}
+
+Status TcpTransport::progress() {
+  epoll_event evs[64];
+  int n = epoll_wait(epollFd_, evs, 64, 0);
+  if (n < 0) return errno == EINTR ? okStatus() : errnoStatus(errno, "tcp: epoll_wait");
+  for (int i = 0; i < n; ++i) {
+    auto* s = static_cast<TcpStream*>(evs[i].data.ptr);
+    if (!s->sock.is_open() || s->eof) continue;
+    if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) s->owner->onReadable(*s);
+    if (s->sock.is_open() && (evs[i].events & EPOLLOUT)) s->owner->onWritable(*s);
+  }
+  return okStatus();
+}
+
+}  // namespace hetcomm::transport::tcp

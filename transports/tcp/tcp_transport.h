@@ -1,0 +1,60 @@
+// tcp_transport.h: the TCP transport (Boost.Asio). Reaches any rank with an IP route.
+//
+// Connection set-up runs Asio coroutines on a private io_context: the lower rank of a pair dials, every socket
+// is authenticated both ways with the job secret (challenge and HMAC, see common/crypto.h), then the sockets
+// are handed to the data path, which runs non-blocking on the progress engine thread: the transport keeps one
+// epoll set of its sockets and exposes that epoll fd as waitFd().
+//
+// Parameters: HETCOMM_SOCKET_IFNAME picks interfaces (prefixes; "^" excludes, "=" matches exactly, e.g.
+// "=eth1" or "^docker,lo"); HETCOMM_NSOCKS_PERPEER sockets per peer (default 2, at most 16).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace hetcomm::transport::tcp {
+
+struct Interface {
+  std::string name;  // "eth0"
+  std::string addr;  // "10.0.0.2" or "fe80::1"
+  bool loopback = false;
+};
+
+// Interfaces matching spec (HETCOMM_SOCKET_IFNAME syntax; empty: every up interface except docker*, loopback
+// last). Fails with a clear message when nothing matches.
+Result<std::vector<Interface>> selectInterfaces(const std::string& spec);
+// True when ifname matches spec (exposed for tests).
+bool interfaceMatches(const std::string& spec, const std::string& ifname);
+
+class TcpTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<TcpTransport>> create(const Config& config);
+  ~TcpTransport() override;
+
+  const Properties& properties() const override { return props_; }
+  Result<std::vector<std::byte>> listen() override;
+  Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
+                                                             Deadline deadline) override;
+  Status progress() override;
+  int waitFd() const override { return epollFd_; }
+
+ private:
+  TcpTransport(const Config& config, std::vector<Interface> ifaces, int nsocks, int epollFd, bool ifnameForced);
+
+  Config config_;
+  Properties props_;
+  std::vector<Interface> ifaces_;
+  int nsocks_;
+  int epollFd_;
+  bool ifnameForced_;
+  boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)
+  std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+};
+
+}  // namespace hetcomm::transport::tcp
