@@ -33,7 +33,11 @@
 #include "common/param.h"
 
 #define HC_KERNEL_INLINE inline __attribute__((always_inline))
+// A build may predefine HC_KERNEL_CLONES, e.g. as empty (baseline code only) or as
+// __attribute__((target("arch=x86-64-v3"))), to test one variant on a CPU whose resolver would pick another.
+#ifndef HC_KERNEL_CLONES
 #define HC_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
 
 namespace hetcomm::kernels {
 namespace {
@@ -56,7 +60,7 @@ HC_KERNEL_INLINE float halfBitsToFloat(uint16_t h) {
   uint32_t normal = (mag << 13) + ((127u - 15u) << 23);
   // Zero and subnormal: the value is mag * 2^-24 exactly (mag < 2^10), a normal float, so let the FPU
   // normalise it; that is exact, and simpler than counting leading zeros.
-  uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-25f);
+  uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int32_t>(mag)) * 0x1p-24f);
   // Inf and NaN: all-ones exponent, mantissa moved up. NaNs are made quiet, as F16C's vcvtph2ps does.
   uint32_t special = 0x7F800000u | ((mag & 0x3FFu) << 13) | (maskIf(mag > 0x7C00u) & 0x00400000u);
   uint32_t isSubnormal = maskIf(mag < 0x0400u), isSpecial = maskIf(mag >= 0x7C00u);

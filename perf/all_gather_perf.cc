@@ -12,12 +12,15 @@ const CollTest kAllGather{
     .checkInPlace = true,
     .bytesScaleWithRanks = true,
     .busBwFactor = [](int n) { return static_cast<double>(n - 1) / n; },
-    .counts =  // in place: sendbuff = recvbuff + rank * sendcount
-    [](size_t count, size_t eltSize, int n) {
-      const size_t base = perRankCount(count, eltSize, n);
-      return CollCounts{base, base * n, base, base, 0};
-    },
-    .source = [](size_t k, const Layout& l) { return Source{static_cast<int>(k / l.count), k % l.count}; },
+    .counts =
+        [](size_t count, size_t eltSize, int n) {
+          const size_t base = perRankCount(count, eltSize, n);  // in place: sendbuff = recvbuff + rank * base
+          return CollCounts{base, base * n, base, base, 0};
+        },
+    .source =
+        [](size_t k, const Layout& l) {
+          return Source{static_cast<int>(k / l.count), k % l.count};
+        },
     .checksRank = nullptr,
     .run =
         [](const RunArgs& a) {

@@ -12,7 +12,10 @@ const CollTest kAllReduce{
     .bytesScaleWithRanks = false,
     .busBwFactor = [](int n) { return 2.0 * (n - 1) / n; },
     .counts = [](size_t count, size_t, int) { return sameCounts(count); },
-    .source = [](size_t k, const Layout&) { return Source{kAllRanks, k}; },
+    .source =
+        [](size_t k, const Layout&) {
+          return Source{kAllRanks, k};
+        },
     .checksRank = nullptr,
     .run =
         [](const RunArgs& a) {

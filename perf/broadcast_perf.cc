@@ -12,7 +12,10 @@ const CollTest kBroadcast{
     .bytesScaleWithRanks = false,
     .busBwFactor = [](int) { return 1.0; },
     .counts = [](size_t count, size_t, int) { return sameCounts(count); },
-    .source = [](size_t k, const Layout& l) { return Source{l.root, k}; },
+    .source =
+        [](size_t k, const Layout& l) {
+          return Source{l.root, k};
+        },
     .checksRank = nullptr,
     .run =
         [](const RunArgs& a) {

@@ -12,7 +12,10 @@ const CollTest kReduce{
     .bytesScaleWithRanks = false,
     .busBwFactor = [](int) { return 1.0; },
     .counts = [](size_t count, size_t, int) { return sameCounts(count); },
-    .source = [](size_t k, const Layout&) { return Source{kAllRanks, k}; },
+    .source =
+        [](size_t k, const Layout&) {
+          return Source{kAllRanks, k};
+        },
     .checksRank = [](const Layout& l) { return l.rank == l.root; },
     .run =
         [](const RunArgs& a) {

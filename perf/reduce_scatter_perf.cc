@@ -12,12 +12,15 @@ const CollTest kReduceScatter{
     .checkInPlace = true,
     .bytesScaleWithRanks = true,
     .busBwFactor = [](int n) { return static_cast<double>(n - 1) / n; },
-    .counts =  // in place: recvbuff = sendbuff + rank * recvcount
-    [](size_t count, size_t eltSize, int n) {
-      const size_t base = perRankCount(count, eltSize, n);
-      return CollCounts{base * n, base, base, 0, base};
-    },
-    .source = [](size_t k, const Layout& l) { return Source{kAllRanks, l.rank * l.count + k}; },
+    .counts =
+        [](size_t count, size_t eltSize, int n) {
+          const size_t base = perRankCount(count, eltSize, n);  // in place: recvbuff = sendbuff + rank * base
+          return CollCounts{base * n, base, base, 0, base};
+        },
+    .source =
+        [](size_t k, const Layout& l) {
+          return Source{kAllRanks, l.rank * l.count + k};
+        },
     .checksRank = nullptr,
     .run =
         [](const RunArgs& a) {

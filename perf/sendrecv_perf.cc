@@ -14,14 +14,16 @@ const CollTest kSendRecv{
     .bytesScaleWithRanks = false,
     .busBwFactor = [](int) { return 1.0; },
     .counts = [](size_t count, size_t, int) { return sameCounts(count); },
-    .source = [](size_t k, const Layout& l) { return Source{(l.rank - 1 + l.nranks) % l.nranks, k}; },
+    .source =
+        [](size_t k, const Layout& l) {
+          return Source{(l.rank - 1 + l.nranks) % l.nranks, k};
+        },
     .checksRank = nullptr,
     .run =
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommGroupStart());
           HC_PERF_CHECK(hetcommSend(a.sendbuff, a.count, a.type, (a.rank + 1) % a.nranks, a.comm, a.stream));
-          HC_PERF_CHECK(hetcommRecv(a.recvbuff, a.count, a.type, (a.rank - 1 + a.nranks) % a.nranks, a.comm,
-                                    a.stream));
+          HC_PERF_CHECK(hetcommRecv(a.recvbuff, a.count, a.type, (a.rank - 1 + a.nranks) % a.nranks, a.comm, a.stream));
           HC_PERF_CHECK(hetcommGroupEnd());
         },
 };

@@ -78,10 +78,20 @@ bool parseSize(const std::string& text, size_t* bytes) {
   double unit = 1;
   if (*end != '\0') {
     switch (*end) {
-      case 'k': case 'K': unit = 1024.0; break;
-      case 'm': case 'M': unit = 1024.0 * 1024; break;
-      case 'g': case 'G': unit = 1024.0 * 1024 * 1024; break;
-      default: return false;
+      case 'k':
+      case 'K':
+        unit = 1024.0;
+        break;
+      case 'm':
+      case 'M':
+        unit = 1024.0 * 1024;
+        break;
+      case 'g':
+      case 'G':
+        unit = 1024.0 * 1024 * 1024;
+        break;
+      default:
+        return false;
     }
     ++end;
   }
@@ -101,8 +111,7 @@ int parseOptions(const CollTest& test, int argc, char** argv, Options* o) {
   app.add_option("-g,--ngpus", ngpus, "devices per thread: only 1")->capture_default_str();
   app.add_option("-b,--minbytes", minBytes, "smallest size in bytes; K, M, G suffixes")->capture_default_str();
   app.add_option("-e,--maxbytes", maxBytes, "largest size in bytes; K, M, G suffixes")->capture_default_str();
-  app.add_option("-i,--stepbytes", stepBytes, "size increment when -f is 1; K, M, G suffixes")
-      ->capture_default_str();
+  app.add_option("-i,--stepbytes", stepBytes, "size increment when -f is 1; K, M, G suffixes")->capture_default_str();
   app.add_option("-f,--stepfactor", o->stepFactor, "size multiplier (1: add -i instead)")->capture_default_str();
   app.add_option("-n,--iters", o->iters, "timed calls per size")->capture_default_str();
   app.add_option("-w,--warmup_iters", o->warmupIters, "untimed calls at the largest and smallest size")
@@ -135,8 +144,8 @@ int parseOptions(const CollTest& test, int argc, char** argv, Options* o) {
     }
     const auto size = [](const char* name, const std::string& text, size_t* out) {
       if (!parseSize(text, out)) {
-        throw ValidationError(name, "invalid size '" + text +
-                                        "': expected a non-negative number with an optional K, M or G suffix");
+        throw ValidationError(
+            name, "invalid size '" + text + "': expected a non-negative number with an optional K, M or G suffix");
       }
     };
     size("-b,--minbytes", minBytes, &o->minBytes);
@@ -334,10 +343,11 @@ class Runner {
           HETCOMM_PATCH, HETCOMM_VERSION_CODE, library);
     print("# Collective test starting: %s\n", test_.name);
     const bool factor = opt_.stepFactor > 1;
-    print("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
-          "validation: %d graph: %d unalign: %d\n",
-          1, 1, opt_.minBytes, opt_.maxBytes, factor ? static_cast<size_t>(opt_.stepFactor) : opt_.stepBytes,
-          factor ? "factor" : "bytes", opt_.warmupIters, opt_.iters, 1, opt_.check, 0, 0);
+    print(
+        "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d agg iters: %d "
+        "validation: %d graph: %d unalign: %d\n",
+        1, 1, opt_.minBytes, opt_.maxBytes, factor ? static_cast<size_t>(opt_.stepFactor) : opt_.stepBytes,
+        factor ? "factor" : "bytes", opt_.warmupIters, opt_.iters, 1, opt_.check, 0, 0);
     if (opt_.blocking) print("# Blocking Enabled: wait for completion after each collective (no barrier)\n");
     print("#\n");
 
@@ -353,13 +363,13 @@ class Runner {
       const RankInfo& info = all[static_cast<size_t>(r)];
       int local = 0;  // nccl-tests' device number is the rank's index on its host
       for (int q = 0; q < r; ++q) local += std::strcmp(all[static_cast<size_t>(q)].host, info.host) == 0;
-      print("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", info.rank, 0, info.pid,
-            info.host, local, 0, 0, 0, info.device);
+      print("#  Rank %2d Group %2d Pid %6d on %10s device %2d [%04x:%02x:%02x] %s\n", info.rank, 0, info.pid, info.host,
+            local, 0, 0, 0, info.device);
     }
 
     print("#\n");
-    print("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "",
-          "", "", "");
+    print("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
+          "", "");
     print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
           "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
     print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
@@ -503,9 +513,9 @@ class Runner {
   size_t elt_ = 4;
   CollCounts counts_{};
 
-  uint64_t checkRep_ = 0;      // seed of the next checked call
-  int64_t failedChecks_ = 0;   // checks on this rank that found a wrong element
-  double bwSum_ = 0;           // busbw summed over every row and placement, for the footer
+  uint64_t checkRep_ = 0;     // seed of the next checked call
+  int64_t failedChecks_ = 0;  // checks on this rank that found a wrong element
+  double bwSum_ = 0;          // busbw summed over every row and placement, for the footer
   int bwCount_ = 0;
 };
 
@@ -530,8 +540,8 @@ int runPerfTest(const CollTest& test, int argc, char** argv) {
     int rc = 2;
     if (test.rooted && opt.root >= nranks) {  // every rank sees the same flags and size: all stop here
       if (rank == 0) {
-        std::fprintf(stderr, "%s: -r,--root: root %d out of range for %d ranks (0..%d, or all)\n", test.name,
-                     opt.root, nranks, nranks - 1);
+        std::fprintf(stderr, "%s: -r,--root: root %d out of range for %d ranks (0..%d, or all)\n", test.name, opt.root,
+                     nranks, nranks - 1);
       }
     } else {
       runner = std::make_unique<Runner>(test, opt, comm, rank, nranks);

@@ -65,12 +65,12 @@ struct RunArgs {
 // What one tool measures. Every rank fills its send buffer with inputValue(rank, i); `source` says what each
 // element of the receive buffer must then hold.
 struct CollTest {
-  const char* name;           // "all_reduce_perf": printed in the header and footer
-  bool reduces;               // takes an op (-o; the redop column), else the column says "none"
-  bool rooted;                // takes a root (-r; the root column), else the column says -1
-  bool checkInPlace;          // false: in-place #wrong is N/A (alltoall, sendrecv), as in nccl-tests
-  bool bytesScaleWithRanks;   // algbw counts paramCount * nranks elements (allgather, reduce-scatter, alltoall)
-  double (*busBwFactor)(int nranks);                               // busbw = algbw * factor
+  const char* name;                   // "all_reduce_perf": printed in the header and footer
+  bool reduces;                       // takes an op (-o; the redop column), else the column says "none"
+  bool rooted;                        // takes a root (-r; the root column), else the column says -1
+  bool checkInPlace;                  // false: in-place #wrong is N/A (alltoall, sendrecv), as in nccl-tests
+  bool bytesScaleWithRanks;           // algbw counts paramCount * nranks elements (allgather, reduce-scatter, alltoall)
+  double (*busBwFactor)(int nranks);  // busbw = algbw * factor
   CollCounts (*counts)(size_t count, size_t eltSize, int nranks);  // count = row bytes / eltSize
   SourceFn source;                                                 // where recv element k comes from
   bool (*checksRank)(const Layout& layout);                        // nullptr: every rank's recv buffer is checked

@@ -14,43 +14,65 @@ namespace hetcomm::perf {
 size_t typeSize(hetcommDataType_t type) {
   switch (type) {
     case hetcommInt8:
-    case hetcommUint8: return 1;
+    case hetcommUint8:
+      return 1;
     case hetcommFloat16:
-    case hetcommBfloat16: return 2;
+    case hetcommBfloat16:
+      return 2;
     case hetcommInt32:
     case hetcommUint32:
-    case hetcommFloat32: return 4;
+    case hetcommFloat32:
+      return 4;
     case hetcommInt64:
     case hetcommUint64:
-    case hetcommFloat64: return 8;
-    default: return 0;
+    case hetcommFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
 const char* typeName(hetcommDataType_t type) {
   switch (type) {
-    case hetcommInt8: return "int8";
-    case hetcommUint8: return "uint8";
-    case hetcommInt32: return "int32";
-    case hetcommUint32: return "uint32";
-    case hetcommInt64: return "int64";
-    case hetcommUint64: return "uint64";
-    case hetcommFloat16: return "half";
-    case hetcommFloat32: return "float";
-    case hetcommFloat64: return "double";
-    case hetcommBfloat16: return "bfloat16";
-    default: return "?";
+    case hetcommInt8:
+      return "int8";
+    case hetcommUint8:
+      return "uint8";
+    case hetcommInt32:
+      return "int32";
+    case hetcommUint32:
+      return "uint32";
+    case hetcommInt64:
+      return "int64";
+    case hetcommUint64:
+      return "uint64";
+    case hetcommFloat16:
+      return "half";
+    case hetcommFloat32:
+      return "float";
+    case hetcommFloat64:
+      return "double";
+    case hetcommBfloat16:
+      return "bfloat16";
+    default:
+      return "?";
   }
 }
 
 const char* opName(hetcommRedOp_t op) {
   switch (op) {
-    case hetcommSum: return "sum";
-    case hetcommProd: return "prod";
-    case hetcommMax: return "max";
-    case hetcommMin: return "min";
-    case hetcommAvg: return "avg";
-    default: return "?";
+    case hetcommSum:
+      return "sum";
+    case hetcommProd:
+      return "prod";
+    case hetcommMax:
+      return "max";
+    case hetcommMin:
+      return "min";
+    case hetcommAvg:
+      return "avg";
+    default:
+      return "?";
   }
 }
 
@@ -78,7 +100,7 @@ float halfToFloat(uint16_t h) {
   const uint32_t exp = (h >> 10) & 0x1fu;
   const uint32_t mant = h & 0x3ffu;
   if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // inf, NaN
-  if (exp == 0) {                                                                    // zero, subnormal
+  if (exp == 0) {                                                                   // zero, subnormal
     const float v = std::ldexp(static_cast<float>(mant), -24);
     return sign ? -v : v;
   }
@@ -110,9 +132,7 @@ inline uint64_t mix64(uint64_t x) {
 // is what makes the reduction over ranks computable in closed form.
 inline uint64_t elementHash(uint64_t seed, size_t index) { return mix64(mix64(seed) + index); }
 
-bool isUnsigned(hetcommDataType_t t) {
-  return t == hetcommUint8 || t == hetcommUint32 || t == hetcommUint64;
-}
+bool isUnsigned(hetcommDataType_t t) { return t == hetcommUint8 || t == hetcommUint32 || t == hetcommUint64; }
 
 // sum / avg: v(r) = ((r + h) mod 5) - c, plus a bonus d in [0, 7] on one rank (h mod n) so that the total varies
 // from element to element; c = 1 for signed and float types (-1..3), 0 for unsigned ones (0..4).
@@ -122,7 +142,9 @@ inline int64_t smallOffset(const DataSpec& s) { return isUnsigned(s.type) ? 0 : 
 inline int64_t smallValue(uint64_t h, int rank, int64_t c) {
   return static_cast<int64_t>((static_cast<uint64_t>(rank) + h % kPeriod) % kPeriod) - c;
 }
-inline int bonusRank(const DataSpec& s, uint64_t h) { return static_cast<int>((h >> 8) % static_cast<uint64_t>(s.nranks)); }
+inline int bonusRank(const DataSpec& s, uint64_t h) {
+  return static_cast<int>((h >> 8) % static_cast<uint64_t>(s.nranks));
+}
 inline int64_t bonus(uint64_t h) { return static_cast<int64_t>((h >> 40) % (kMaxBonus + 1)); }
 
 // min / max: one rank (h mod n) holds the extreme e, in [-8, 8] (unsigned: [4, 20]); every other rank holds a value
@@ -151,16 +173,24 @@ int64_t movedValue(const DataSpec& s, int rank, size_t index) {
   const uint64_t h = mix64(elementHash(s.seed, index) ^ (0x632be59bd9b4e019ull * (static_cast<uint64_t>(rank) + 1)));
   switch (s.type) {
     case hetcommInt8:
-    case hetcommUint8: return static_cast<int8_t>(h);
+    case hetcommUint8:
+      return static_cast<int8_t>(h);
     case hetcommInt32:
-    case hetcommUint32: return static_cast<int32_t>(h);
+    case hetcommUint32:
+      return static_cast<int32_t>(h);
     case hetcommInt64:
-    case hetcommUint64: return static_cast<int64_t>(h);
-    case hetcommFloat16: return static_cast<int64_t>(h % 4096) - 2048;  // integers |v| <= 2048 are exact
-    case hetcommBfloat16: return static_cast<int64_t>(h % 512) - 256;   // integers |v| <= 256 are exact
-    case hetcommFloat32: return static_cast<int64_t>(h % (1ull << 25)) - (1ll << 24);
-    case hetcommFloat64: return static_cast<int64_t>(h % (1ull << 53)) - (1ll << 52);
-    default: return 0;
+    case hetcommUint64:
+      return static_cast<int64_t>(h);
+    case hetcommFloat16:
+      return static_cast<int64_t>(h % 4096) - 2048;  // integers |v| <= 2048 are exact
+    case hetcommBfloat16:
+      return static_cast<int64_t>(h % 512) - 256;  // integers |v| <= 256 are exact
+    case hetcommFloat32:
+      return static_cast<int64_t>(h % (1ull << 25)) - (1ll << 24);
+    case hetcommFloat64:
+      return static_cast<int64_t>(h % (1ull << 53)) - (1ll << 52);
+    default:
+      return 0;
   }
 }
 
@@ -199,7 +229,8 @@ int64_t reducedValue(const DataSpec& s, size_t index) {
       return p.negatives % 2 ? -mag : mag;
     }
     case hetcommMin:
-    case hetcommMax: return extremeValue(s, h);
+    case hetcommMax:
+      return extremeValue(s, h);
     default: {  // sum, avg: whole cycles of 5 ranks add 10 - 5c; ranks 5q .. n-1 add the first n mod 5 values
       const int64_t c = smallOffset(s);
       int64_t total = static_cast<int64_t>(n / kPeriod) * (kPeriod * (kPeriod - 1) / 2 - kPeriod * c) + bonus(h);
@@ -331,17 +362,28 @@ int64_t countWrongT(const DataSpec& s, const T* buf, size_t count, SourceFn sour
 template <class F>
 decltype(auto) withType(hetcommDataType_t type, F&& f) {
   switch (type) {
-    case hetcommInt8: return f(static_cast<int8_t*>(nullptr));
-    case hetcommUint8: return f(static_cast<uint8_t*>(nullptr));
-    case hetcommInt32: return f(static_cast<int32_t*>(nullptr));
-    case hetcommUint32: return f(static_cast<uint32_t*>(nullptr));
-    case hetcommInt64: return f(static_cast<int64_t*>(nullptr));
-    case hetcommUint64: return f(static_cast<uint64_t*>(nullptr));
-    case hetcommFloat16: return f(static_cast<Half*>(nullptr));
-    case hetcommFloat32: return f(static_cast<float*>(nullptr));
-    case hetcommFloat64: return f(static_cast<double*>(nullptr));
-    case hetcommBfloat16: return f(static_cast<Bf16*>(nullptr));
-    default: return f(static_cast<uint8_t*>(nullptr));  // unreachable: callers pass a valid type
+    case hetcommInt8:
+      return f(static_cast<int8_t*>(nullptr));
+    case hetcommUint8:
+      return f(static_cast<uint8_t*>(nullptr));
+    case hetcommInt32:
+      return f(static_cast<int32_t*>(nullptr));
+    case hetcommUint32:
+      return f(static_cast<uint32_t*>(nullptr));
+    case hetcommInt64:
+      return f(static_cast<int64_t*>(nullptr));
+    case hetcommUint64:
+      return f(static_cast<uint64_t*>(nullptr));
+    case hetcommFloat16:
+      return f(static_cast<Half*>(nullptr));
+    case hetcommFloat32:
+      return f(static_cast<float*>(nullptr));
+    case hetcommFloat64:
+      return f(static_cast<double*>(nullptr));
+    case hetcommBfloat16:
+      return f(static_cast<Bf16*>(nullptr));
+    default:
+      return f(static_cast<uint8_t*>(nullptr));  // unreachable: callers pass a valid type
   }
 }
 
@@ -354,9 +396,8 @@ void fillInput(const DataSpec& spec, int rank, void* buf, size_t count) {
 void fillGarbage(hetcommDataType_t type, void* buf, size_t count) { std::memset(buf, 0xA5, count * typeSize(type)); }
 
 int64_t countWrong(const DataSpec& spec, const void* buf, size_t count, SourceFn source, const Layout& layout) {
-  return withType(spec.type, [&]<class T>(T*) {
-    return countWrongT(spec, static_cast<const T*>(buf), count, source, layout);
-  });
+  return withType(spec.type,
+                  [&]<class T>(T*) { return countWrongT(spec, static_cast<const T*>(buf), count, source, layout); });
 }
 
 }  // namespace hetcomm::perf

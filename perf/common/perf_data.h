@@ -70,7 +70,7 @@ struct Source {
 
 // What a descriptor needs to say where an element comes from.
 struct Layout {
-  int rank;      // this rank
+  int rank;  // this rank
   int nranks;
   int root;      // rooted collectives; -1 otherwise
   size_t count;  // the count argument of the call (per-rank count for allgather, reduce-scatter, alltoall)

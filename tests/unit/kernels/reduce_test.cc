@@ -53,6 +53,11 @@ void visitInteger(DataType t, F&& f) {
   }
 }
 
+// memcpy that accepts the null data() of an empty vector (memcpy itself may not be passed null, even for 0 bytes).
+void copyBytes(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+}
+
 // Float element i as an exact double (every float16, bfloat16 and float value is a double).
 double loadFloat(const std::byte* buf, size_t i, DataType t) {
   switch (t) {
@@ -243,13 +248,13 @@ void checkInteger(RedOp op, std::mt19937_64& rng) {
         va[0] = std::numeric_limits<T>::max(), vb[0] = 1;
         va[1] = std::numeric_limits<T>::min(), vb[1] = static_cast<T>(-1);
       }
-      std::memcpy(a.data(), va.data(), a.bytes());
-      std::memcpy(b.data(), vb.data(), b.bytes());
+      copyBytes(a.data(), va.data(), a.bytes());
+      copyBytes(b.data(), vb.data(), b.bytes());
       for (Alias mode : {Alias::kOutOfPlace, Alias::kIntoA, Alias::kIntoB}) {
         SCOPED_TRACE(::testing::Message() << "count " << count << ", " << aliasName(mode) << ", offset " << offset);
         Buf dst = runReduce(a, b, count, t, op, mode, offset);
         std::vector<T> got(count);
-        std::memcpy(got.data(), dst.data(), dst.bytes());
+        copyBytes(got.data(), dst.data(), dst.bytes());
         for (size_t i = 0; i < count; ++i) {
           T want = integerReference(va[i], vb[i], op);
           ASSERT_EQ(+got[i], +want) << "element " << i << ": op(" << +va[i] << ", " << +vb[i] << ")";
@@ -525,9 +530,9 @@ TEST(DivideBy, EveryTypeEveryCount) {
             Buf buf(t, count, 1);
             std::vector<T> before(count), got(count);
             for (T& v : before) v = static_cast<T>(rng());
-            std::memcpy(buf.data(), before.data(), buf.bytes());
+            copyBytes(buf.data(), before.data(), buf.bytes());
             divideBy(buf.data(), count, t, n);
-            std::memcpy(got.data(), buf.data(), buf.bytes());
+            copyBytes(got.data(), buf.data(), buf.bytes());
             for (size_t i = 0; i < count; ++i) {
               // Reference: truncation toward zero spelled out on magnitudes.
               __int128 v = before[i], mag = v < 0 ? -v : v, q = mag / n;

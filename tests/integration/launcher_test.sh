@@ -1,0 +1,263 @@
+#!/usr/bin/env bash
+# launcher_test.sh: hetcomm-run seen from outside: prefixed output, the ranks' environment, stopping the job when a
+# rank fails or the launcher is signalled, and clear errors for bad command lines.
+#
+#   launcher_test.sh path/to/hetcomm-run
+#
+# Every launch runs under `timeout`, so a launcher that hangs fails its check instead of the whole run. The ranks'
+# sleeps carry a duration unique to this run (sleep 30.<id>) so the leftover checks ignore other users' processes.
+set -u
+
+RUN=${1:?usage: launcher_test.sh path/to/hetcomm-run}
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+ID="$$$RANDOM"
+SLEEP="sleep 30.$ID"
+passed=0
+failed=0
+
+pass() {
+  echo "PASS $1"
+  passed=$((passed + 1))
+}
+fail() {
+  echo "FAIL $1: $2"
+  failed=$((failed + 1))
+  if [ -s "$TMP/err" ]; then head -n 20 "$TMP/err" | sed 's/^/    stderr: /'; fi
+}
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+# Runs the launcher with a 20 s safety net; stdout in $TMP/out, stderr in $TMP/err, exit code in $rc, time in $ms.
+launch() {
+  local start
+  start=$(now_ms)
+  timeout -k 5 20 "$RUN" "$@" >"$TMP/out" 2>"$TMP/err"
+  rc=$?
+  ms=$(($(now_ms) - start))
+}
+# True when no sleep of this run is left; ranks killed a moment ago may still be on their way out.
+no_leftovers() {
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    pgrep -f "$SLEEP" >/dev/null || return 0
+    sleep 0.2
+  done
+  return 1
+}
+# Kills this run's leftover sleeps (by pid) so that one failed check does not spoil the next.
+clean_leftovers() {
+  local pid
+  for pid in $(pgrep -f "$SLEEP"); do kill -KILL "$pid" 2>/dev/null; done
+}
+
+# (a) each rank's lines arrive whole, prefixed with its rank
+launch -np 3 sh -c 'echo hello $HETCOMM_RANK'
+expected=$'[0] hello 0\n[1] hello 1\n[2] hello 2'
+if [ $rc -ne 0 ]; then
+  fail "a: prefixed output" "exit code $rc"
+elif [ "$(sort "$TMP/out")" != "$expected" ]; then
+  fail "a: prefixed output" "got: $(head -c 300 "$TMP/out")"
+else
+  pass "a: prefixed output"
+fi
+
+# (b) the rank environment, and a store listening where it says
+vars='$HETCOMM_RANK $HETCOMM_WORLD_SIZE $HETCOMM_LOCAL_RANK $HETCOMM_LOCAL_WORLD_SIZE'
+vars+=' $HETCOMM_MASTER_ADDR $HETCOMM_MASTER_PORT $HETCOMM_SECRET $HETCOMM_STORE'
+launch -np 2 sh -c "echo \"$vars\""
+good=$(grep -cE '^\[([01])\] \1 2 \1 2 127\.0\.0\.1 [0-9]+ [0-9a-f]{32} external$' "$TMP/out")
+shared=$(awk '{ print $7, $8 }' "$TMP/out" | sort -u | wc -l)  # port and secret are the job's, not the rank's
+if [ $rc -ne 0 ] || [ "$good" -ne 2 ] || [ "$shared" -ne 1 ]; then
+  fail "b: environment" "exit code $rc, got: $(cat "$TMP/out")"
+else
+  pass "b: environment"
+fi
+if command -v bash >/dev/null; then
+  launch -np 1 bash -c 'exec 3<>"/dev/tcp/$HETCOMM_MASTER_ADDR/$HETCOMM_MASTER_PORT" && echo connected'
+  if [ $rc -eq 0 ] && [ "$(cat "$TMP/out")" = "[0] connected" ]; then
+    pass "b: store listening on HETCOMM_MASTER_PORT"
+  else
+    fail "b: store listening on HETCOMM_MASTER_PORT" "exit code $rc, got: $(cat "$TMP/out")"
+  fi
+fi
+
+# (c) a failing rank stops the job quickly, named with its exit code, and nothing is left behind
+launch -np 3 sh -c "if [ \$HETCOMM_RANK = 1 ]; then exit 7; fi; $SLEEP"
+if [ $rc -ne 7 ]; then
+  fail "c: rank failure" "exit code $rc, expected 7"
+elif [ $ms -gt 5000 ]; then
+  fail "c: rank failure" "took $ms ms"
+elif ! grep -q 'rank 1 exited with code 7' "$TMP/err"; then
+  fail "c: rank failure" "stderr does not name rank 1 and code 7"
+elif ! no_leftovers; then
+  fail "c: rank failure" "left behind: $(pgrep -af "$SLEEP")"
+else
+  pass "c: rank failure"
+fi
+clean_leftovers
+
+# (d) a rank killed by a signal is named with the signal
+launch -np 2 sh -c "if [ \$HETCOMM_RANK = 0 ]; then kill -9 \$\$; fi; $SLEEP"
+if [ $rc -ne 137 ] || ! grep -q 'rank 0 was killed by signal SIGKILL' "$TMP/err"; then
+  fail "d: rank killed by a signal" "exit code $rc"
+elif ! no_leftovers; then
+  fail "d: rank killed by a signal" "left behind: $(pgrep -af "$SLEEP")"
+else
+  pass "d: rank killed by a signal"
+fi
+clean_leftovers
+
+# (e) SIGTERM (and SIGINT) to the launcher stops every rank quickly, exit 128 + signal. A non-interactive shell starts
+# background jobs with SIGINT ignored; env --default-signal undoes that, as a terminal's foreground job would have it.
+signal_test() {
+  local sig=$1 want=$2 name="e: SIG$1 to the launcher" pid start ready=0
+  rm -f "$TMP/out"  # else the previous launch's "ready" lines could be counted before the redirect truncates it
+  env --default-signal=INT "$RUN" -np 3 sh -c "echo ready; exec $SLEEP" >"$TMP/out" 2>"$TMP/err" &
+  pid=$!
+  for _ in $(seq 50); do
+    ready=$(grep -cs ready "$TMP/out")
+    [ "$ready" -ge 3 ] && break
+    sleep 0.1
+  done
+  start=$(now_ms)
+  kill -"$sig" $pid
+  (sleep 15 && kill -KILL $pid) 2>/dev/null &
+  local watchdog=$!
+  wait $pid
+  rc=$?
+  ms=$(($(now_ms) - start))
+  kill $watchdog 2>/dev/null
+  wait $watchdog 2>/dev/null
+  if [ "$ready" -lt 3 ]; then
+    fail "$name" "ranks did not start"
+  elif [ $rc -ne "$want" ]; then
+    fail "$name" "exit code $rc, expected $want"
+  elif [ $ms -gt 5000 ]; then
+    fail "$name" "took $ms ms"
+  elif ! no_leftovers; then
+    fail "$name" "left behind: $(pgrep -af "$SLEEP")"
+  else
+    pass "$name"
+  fi
+  clean_leftovers
+}
+signal_test TERM 143
+signal_test INT 130
+
+# A launcher killed outright takes its ranks with it (PR_SET_PDEATHSIG), rather than leaving them to hang
+rm -f "$TMP/out"
+"$RUN" -np 2 sh -c "echo ready; exec $SLEEP" >"$TMP/out" 2>/dev/null &
+pid=$!
+for _ in $(seq 50); do
+  [ "$(grep -cs ready "$TMP/out")" -ge 2 ] && break
+  sleep 0.1
+done
+kill -KILL $pid
+wait $pid 2>/dev/null
+if no_leftovers; then pass "e: SIGKILL to the launcher"; else fail "e: SIGKILL to the launcher" "ranks survived it"; fi
+clean_leftovers
+
+# A rank that ignores SIGTERM gets SIGKILL after --grace. Rank 1 fails only once rank 0 ignores SIGTERM.
+trapped="$TMP/trapped"
+launch -np 2 --grace 0.5 sh -c "if [ \$HETCOMM_RANK = 1 ]; then
+    for i in \$(seq 50); do [ -e $trapped ] && break; sleep 0.1; done; exit 3; fi
+  trap '' TERM; touch $trapped; $SLEEP; $SLEEP"
+if [ $rc -ne 3 ] || [ $ms -gt 5000 ] || ! grep -q 'SIGKILL' "$TMP/err"; then
+  fail "e: SIGKILL after --grace" "exit code $rc after $ms ms"
+elif ! no_leftovers; then
+  fail "e: SIGKILL after --grace" "left behind: $(pgrep -af "$SLEEP")"
+else
+  pass "e: SIGKILL after --grace"
+fi
+clean_leftovers
+
+# (f) a program that cannot be executed is named
+launch -np 2 "hetcomm-no-such-program-$ID"
+if [ $rc -ne 0 ] && grep -q "hetcomm-no-such-program-$ID" "$TMP/err" && grep -q 'not found' "$TMP/err"; then
+  pass "f: missing program"
+else
+  fail "f: missing program" "exit code $rc"
+fi
+printf '#!/bin/sh\necho hi\n' >"$TMP/not-executable"
+launch -np 2 "$TMP/not-executable"
+if [ $rc -ne 0 ] && grep -q "not-executable" "$TMP/err" && grep -qi 'permission denied' "$TMP/err"; then
+  pass "f: program not executable"
+else
+  fail "f: program not executable" "exit code $rc"
+fi
+
+# (g) a command line the launcher does not understand exits 2 with a message
+bad_cmdline() {
+  launch "$@"
+  if [ $rc -eq 2 ] && [ -s "$TMP/err" ]; then
+    pass "g: bad command line: $*"
+  else
+    fail "g: bad command line: $*" "exit code $rc"
+  fi
+}
+bad_cmdline --bogus -np 2 true
+bad_cmdline -np 0 true
+bad_cmdline -np two true
+bad_cmdline -np 2
+bad_cmdline true
+bad_cmdline -np 2 -x =oops true
+# ... while the program's own options, even ones the launcher has, stay the program's
+launch -n 2 -- sh -c 'echo "$@"' sh -np 9 --help --bogus
+if [ $rc -eq 0 ] && [ "$(sort "$TMP/out")" = $'[0] -np 9 --help --bogus\n[1] -np 9 --help --bogus' ]; then
+  pass "g: program arguments pass through"
+else
+  fail "g: program arguments pass through" "exit code $rc, got: $(cat "$TMP/out")"
+fi
+
+# (h) a 100 KB line and a final line without newline come through whole, prefixed
+launch -np 2 sh -c 'head -c 100000 /dev/zero | tr "\0" a; echo; printf "last-$HETCOMM_RANK"'
+long=$(awk '/^\[[01]\] a+$/ && length($0) == 100004' "$TMP/out" | wc -l)
+if [ $rc -eq 0 ] && [ "$long" -eq 2 ] && grep -qx '\[0\] last-0' "$TMP/out" && grep -qx '\[1\] last-1' "$TMP/out" &&
+  [ "$(wc -l <"$TMP/out")" -eq 4 ]; then
+  pass "h: long and unterminated lines"
+else
+  fail "h: long and unterminated lines" "exit code $rc, $long long lines, $(wc -l <"$TMP/out") lines"
+fi
+# Lines written a few bytes at a time by 4 ranks at once never mix
+launch -np 4 awk 'BEGIN { for (i = 0; i < 200; i++) { for (j = 0; j < 40; j++) { printf "%s", ENVIRON["HETCOMM_RANK"]; fflush() } print ""; fflush() } }'
+mixed=$(grep -cvE '^\[([0-3])\] \1{40}$' "$TMP/out")
+if [ $rc -eq 0 ] && [ "$mixed" -eq 0 ] && [ "$(wc -l <"$TMP/out")" -eq 800 ]; then
+  pass "h: lines never interleave"
+else
+  fail "h: lines never interleave" "exit code $rc, $mixed mixed lines"
+fi
+# --no-prefix passes bytes unchanged, a missing final newline included
+launch -np 1 --no-prefix printf 'x\ny'
+if [ $rc -eq 0 ] && [ "$(od -An -c "$TMP/out" | tr -d ' ')" = 'x\ny' ]; then
+  pass "h: --no-prefix"
+else
+  fail "h: --no-prefix" "exit code $rc, got: $(od -An -c "$TMP/out")"
+fi
+# stderr lines go to stderr, prefixed
+launch -np 1 sh -c 'echo to-out; echo to-err >&2'
+if [ $rc -eq 0 ] && [ "$(cat "$TMP/out")" = "[0] to-out" ] && grep -qx '\[0\] to-err' "$TMP/err"; then
+  pass "h: stderr"
+else
+  fail "h: stderr" "exit code $rc"
+fi
+
+# (i) -x exports NAME=VALUE, and NAME from the launcher's environment
+export HC_LAUNCHER_TEST_FROM_ENV="from env"
+launch -np 2 -x HC_LAUNCHER_TEST_A=1 -x 'HC_LAUNCHER_TEST_B=a=b c' -x HC_LAUNCHER_TEST_FROM_ENV \
+  sh -c 'echo "$HC_LAUNCHER_TEST_A|$HC_LAUNCHER_TEST_B|$HC_LAUNCHER_TEST_FROM_ENV"'
+if [ $rc -eq 0 ] && [ "$(sort "$TMP/out")" = $'[0] 1|a=b c|from env\n[1] 1|a=b c|from env' ]; then
+  pass "i: -x exports"
+else
+  fail "i: -x exports" "exit code $rc, got: $(cat "$TMP/out")"
+fi
+launch -np 1 -x HETCOMM_RANK=5 true
+if [ $rc -eq 2 ] && grep -q HETCOMM_RANK "$TMP/err"; then
+  pass "i: -x cannot override the rank"
+else
+  fail "i: -x cannot override the rank" "exit code $rc"
+fi
+
+# All ranks exiting 0 is success, even with more ranks than cores
+launch -np 16 true
+if [ $rc -eq 0 ] && [ ! -s "$TMP/out" ]; then pass "all ranks succeed"; else fail "all ranks succeed" "exit code $rc"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,250 @@
+// Every planner, run by the real executor over the in-memory transport, against a serial reference, for 1..8
+// ranks, odd counts, every datatype x op, in place and out of place. Inputs are small integers so results are
+// exact in any reduction order (nccl-tests' trick), so comparisons are bit-exact.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "collectives/algorithm.h"
+#include "kernels/reduce.h"
+#include "tests/support/sim_transport.h"
+
+namespace hetcomm::coll {
+namespace {
+
+using kernels::DataType;
+using kernels::RedOp;
+
+constexpr DataType kAllTypes[] = {DataType::kInt8,    DataType::kUint8,   DataType::kInt32,   DataType::kUint32,
+                                  DataType::kInt64,   DataType::kUint64,  DataType::kFloat16, DataType::kFloat32,
+                                  DataType::kFloat64, DataType::kBfloat16};
+constexpr RedOp kAllOps[] = {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg};
+
+void setElem(std::byte* base, size_t i, DataType t, double v) {
+  switch (t) {
+    case DataType::kInt8: reinterpret_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: reinterpret_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: reinterpret_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kUint32: reinterpret_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kInt64: reinterpret_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: reinterpret_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kFloat16: reinterpret_cast<uint16_t*>(base)[i] = kernels::floatToHalf(static_cast<float>(v)); break;
+    case DataType::kFloat32: reinterpret_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: reinterpret_cast<double*>(base)[i] = v; break;
+    case DataType::kBfloat16:
+      reinterpret_cast<uint16_t*>(base)[i] = kernels::floatToBfloat16(static_cast<float>(v));
+      break;
+  }
+}
+
+// Small values keep every result exact: sums of [-2, 2] (or [0, 4]) and products of 1s and 2s.
+double inputValue(int rank, size_t i, DataType t, RedOp op) {
+  bool isUnsigned = t == DataType::kUint8 || t == DataType::kUint32 || t == DataType::kUint64;
+  if (op == RedOp::kProd) return ((rank + 3 * i) % 5 == 0) ? 2 : 1;
+  int v = static_cast<int>((rank * 7 + i * 13) % 5);
+  return isUnsigned ? v : v - 2;
+}
+
+using Buffer = std::vector<std::byte>;
+
+struct Case {
+  CollKind kind;
+  int n;
+  size_t count;
+  DataType dtype;
+  RedOp op;
+  int root;
+  bool inPlace;
+};
+
+std::string describe(const Case& c) {
+  return format("%s n=%d count=%zu %s %s root=%d %s", name(c.kind), c.n, c.count, kernels::name(c.dtype),
+                kernels::name(c.op), c.root, c.inPlace ? "in-place" : "out-of-place");
+}
+
+// Folds the ranks' inputs in rank order (exact inputs make the order irrelevant).
+Buffer reduceAll(const std::vector<Buffer>& in, size_t offsetElems, size_t count, const Case& c) {
+  size_t esz = kernels::sizeOf(c.dtype);
+  Buffer acc(in[0].begin() + offsetElems * esz, in[0].begin() + (offsetElems + count) * esz);
+  for (int r = 1; r < c.n; ++r)
+    if (count) kernels::reduce(acc.data(), acc.data(), in[r].data() + offsetElems * esz, count, c.dtype, c.op);
+  if (c.op == RedOp::kAvg && count) kernels::divideBy(acc.data(), count, c.dtype, c.n);
+  return acc;
+}
+
+void runCase(const Case& c, size_t chunkBytes) {
+  SCOPED_TRACE(describe(c));
+  const int n = c.n;
+  const size_t esz = kernels::sizeOf(c.dtype);
+  Args a;
+  a.kind = c.kind;
+  a.count = c.count;
+  a.dtype = c.dtype;
+  a.op = c.op;
+  a.root = c.root;
+  const size_t sendElems = a.sendBytes(n) / esz, recvElems = a.recvBytes(n) / esz;
+  std::vector<Buffer> inputs(n), send(n), recv(n);
+  std::vector<Args> args(n, a);
+  std::vector<std::vector<std::byte*>> bufs(n);
+  for (int r = 0; r < n; ++r) {
+    inputs[r].resize(sendElems * esz);
+    for (size_t i = 0; i < sendElems; ++i) setElem(inputs[r].data(), i, c.dtype, inputValue(r, i, c.dtype, c.op));
+    recv[r].assign(recvElems * esz + 1, std::byte{0x5a});
+    send[r] = inputs[r];
+    std::byte* sb = send[r].data();
+    std::byte* rb = recv[r].data();
+    if (c.inPlace) {
+      // The in-place layouts of nccl.h: allgather reads from recv + rank*count, reduce-scatter writes to
+      // send + rank*count, the others share one buffer.
+      size_t need = std::max(sendElems, recvElems) * esz;
+      recv[r].assign(need + 1, std::byte{0x5a});
+      rb = recv[r].data();
+      if (c.kind == CollKind::kAllGather) {
+        std::memcpy(rb + r * c.count * esz, inputs[r].data(), inputs[r].size());
+        sb = rb + r * c.count * esz;
+      } else if (c.kind == CollKind::kReduceScatter) {
+        std::memcpy(rb, inputs[r].data(), inputs[r].size());
+        sb = rb;
+        rb = rb + r * c.count * esz;
+      } else {
+        std::memcpy(rb, inputs[r].data(), inputs[r].size());
+        sb = rb;
+      }
+      args[r].inPlace = true;
+    }
+    bufs[r] = {sb, rb};
+  }
+  Status st = testing::runSimulated(n, args, bufs, chunkBytes);
+  ASSERT_TRUE(st.ok()) << st.toString();
+
+  for (int r = 0; r < n; ++r) {
+    const std::byte* out = bufs[r][1];
+    Buffer expect;
+    switch (c.kind) {
+      case CollKind::kAllReduce: expect = reduceAll(inputs, 0, c.count, c); break;
+      case CollKind::kReduceScatter: expect = reduceAll(inputs, r * c.count, c.count, c); break;
+      case CollKind::kReduce:
+        if (r != c.root) continue;
+        expect = reduceAll(inputs, 0, c.count, c);
+        break;
+      case CollKind::kBroadcast: expect = inputs[c.root]; break;
+      case CollKind::kAllGather:
+        for (int p = 0; p < n; ++p) expect.insert(expect.end(), inputs[p].begin(), inputs[p].end());
+        break;
+      case CollKind::kAlltoAll:
+        for (int p = 0; p < n; ++p)
+          expect.insert(expect.end(), inputs[p].begin() + r * c.count * esz, inputs[p].begin() + (r + 1) * c.count * esz);
+        break;
+      default: FAIL();
+    }
+    ASSERT_EQ(0, std::memcmp(out, expect.data(), expect.size())) << "rank " << r << " has a wrong result";
+    if (!c.inPlace) EXPECT_EQ(recv[r][recvElems * esz], std::byte{0x5a}) << "rank " << r << " wrote past the end";
+  }
+}
+
+constexpr int kRankCounts[] = {1, 2, 3, 4, 5, 8};
+constexpr size_t kCounts[] = {0, 1, 7, 1023, 70001};
+
+TEST(Collectives, EveryKindRankCountAndSizeFloatSum) {
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather, CollKind::kBroadcast,
+                        CollKind::kReduce, CollKind::kAlltoAll})
+    for (int n : kRankCounts)
+      for (size_t count : kCounts)
+        for (bool inPlace : {false, true}) {
+          int root = n > 2 ? n - 2 : 0;
+          runCase({kind, n, count, DataType::kFloat32, RedOp::kSum, root, inPlace}, /*chunkBytes=*/4096);
+        }
+}
+
+TEST(Collectives, EveryDatatypeAndOp) {
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kReduce})
+    for (DataType t : kAllTypes)
+      for (RedOp op : kAllOps)
+        for (int n : {3, 5})
+          for (size_t count : {size_t{7}, size_t{1023}}) runCase({kind, n, count, t, op, 1, false}, 256);
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kBroadcast, CollKind::kAlltoAll})
+    for (DataType t : kAllTypes) runCase({kind, 4, 33, t, RedOp::kSum, 3, true}, 64);
+}
+
+TEST(Collectives, ChunkingManyPiecesWithRemainders) {
+  // 8 ranks, a count that leaves remainders everywhere, chunks of a few elements: hundreds of steps per rank.
+  runCase({CollKind::kAllReduce, 8, 10007, DataType::kInt32, RedOp::kSum, 0, false}, 100);
+  runCase({CollKind::kAllReduce, 7, 10007, DataType::kFloat16, RedOp::kMax, 0, true}, 100);
+  runCase({CollKind::kReduceScatter, 6, 999, DataType::kFloat64, RedOp::kAvg, 0, true}, 160);
+  runCase({CollKind::kReduce, 5, 4099, DataType::kBfloat16, RedOp::kSum, 4, false}, 64);
+}
+
+TEST(Collectives, SendRecvGroupWithSelf) {
+  // Each rank sends to r+1 and r+2 and to itself; receives accordingly.
+  const int n = 4;
+  const size_t bytes = 1000;
+  std::vector<Args> args(n);
+  std::vector<std::vector<Buffer>> data(n);
+  std::vector<std::vector<std::byte*>> bufs(n);
+  for (int r = 0; r < n; ++r) {
+    args[r].kind = CollKind::kSendRecv;
+    auto add = [&](bool isSend, int peer, std::byte fill) {
+      args[r].p2p.push_back({isSend, peer, bytes, 0});
+      data[r].push_back(Buffer(bytes, fill));
+    };
+    add(true, (r + 1) % n, std::byte(r));
+    add(true, (r + 2) % n, std::byte(16 + r));
+    add(true, r, std::byte(32 + r));
+    add(false, (r + n - 1) % n, std::byte{0});
+    add(false, (r + n - 2) % n, std::byte{0});
+    add(false, r, std::byte{0});
+    bufs[r] = {nullptr, nullptr};
+    for (auto& d : data[r]) bufs[r].push_back(d.data());
+  }
+  // Seq numbers per (peer, direction) are what the communicator assigns: all 0 here (first message each way),
+  // except r+1 and r+2 coincide for n = 2 (not the case).
+  Status st = testing::runSimulated(n, args, bufs, 4096);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(data[r][3][bytes - 1], std::byte((r + n - 1) % n));
+    EXPECT_EQ(data[r][4][0], std::byte(16 + (r + n - 2) % n));
+    EXPECT_EQ(data[r][5][7], std::byte(32 + r));
+  }
+}
+
+TEST(Collectives, SizeMismatchIsAnErrorNotAHang) {
+  std::vector<Args> args(2);
+  for (auto& a : args) {
+    a.kind = CollKind::kAllReduce;
+    a.dtype = DataType::kFloat32;
+  }
+  args[0].count = 100;
+  args[1].count = 200;
+  Buffer s0(800), r0(800), s1(800), r1(800);
+  Status st = testing::runSimulated(2, args, {{s0.data(), r0.data()}, {s1.data(), r1.data()}}, 4096);
+  EXPECT_FALSE(st.ok());
+}
+
+TEST(Collectives, SelectionHonoursForcedAlgorithmAndRejectsUnknown) {
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 1 << 20;
+  GroupView g{0, 4, 512 << 10};
+  auto ring = selectAlgorithm(a, g, "ring");
+  ASSERT_TRUE(ring);
+  EXPECT_EQ((*ring)->name(), "ring");
+  auto bad = selectAlgorithm(a, g, "no-such-algorithm");
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(std::string(bad.error().message()).find("no-such-algorithm"), std::string::npos);
+}
+
+TEST(Collectives, EvenBlocksAndChunking) {
+  Blocks b = evenBlocks(10, 4);
+  EXPECT_EQ(b.count, (std::vector<size_t>{3, 3, 2, 2}));
+  EXPECT_EQ(b.offset, (std::vector<size_t>{0, 3, 6, 8}));
+  Chunking ch = chunkingFor(1000, 4, 1024);  // 256 elements per chunk at most
+  EXPECT_EQ(ch.nchunks, 4u);
+  EXPECT_EQ(ch.per, 250u);
+  EXPECT_EQ(ch.end(3, 1000), 1000u);
+  EXPECT_EQ(ch.begin(3, 600), 600u);  // a shorter block has empty trailing chunks
+}
+
+}  // namespace
+}  // namespace hetcomm::coll
