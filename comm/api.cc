@@ -320,10 +320,18 @@ Result<std::string> localStoreAddress() {
 std::mutex gServersMu;
 std::vector<std::unique_ptr<StoreServer>>* gServers = new std::vector<std::unique_ptr<StoreServer>>();  // kept
 
+std::unordered_set<uint16_t>* gServedPorts = new std::unordered_set<uint16_t>();  // kept
+
 Status keepServer(std::unique_ptr<StoreServer> s) {
   std::lock_guard<std::mutex> lock(gServersMu);
+  gServedPorts->insert(s->port());
   gServers->push_back(std::move(s));
   return okStatus();
+}
+
+bool servesStore(uint16_t port) {
+  std::lock_guard<std::mutex> lock(gServersMu);
+  return gServedPorts->count(port) > 0;
 }
 
 Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint64_t commId, int rank,
@@ -334,6 +342,7 @@ Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint6
   HC_ASSIGN_OR_RETURN(CommOptions options, optionsFrom(config));
   HC_ASSIGN_OR_RETURN(bool blocking, blockingFrom(config));
   auto c = std::make_unique<Communicator>(rank, nranks, options);
+  c->setHostsStore(servesStore(id.port));
   if (!blocking) {
     Communicator* raw = c.release();
     registerComm(raw);

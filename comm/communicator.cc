@@ -187,6 +187,7 @@ Status Communicator::split(int color, int key, const CommOptions& options, std::
   for (size_t i = 0; i < members.size(); ++i)
     if (members[i].second == rank_) newRank = static_cast<int>(i);
   auto child = std::make_unique<Communicator>(newRank, static_cast<int>(members.size()), options);
+  child->setHostsStore(hostsStore_);
   HC_INFO(Init, "split #%llu: color %d key %d -> rank %d of %zu", (unsigned long long)seq, color, key, newRank,
           members.size());
   HC_TRY(child->init(id_, mixId(commId_, seq, color)));
@@ -340,7 +341,12 @@ bool Communicator::progressOnce() {
         busy_ = true;
       }
     }
-    if (!current_) return false;
+    if (!current_) {
+      // Nothing to run, but peers may already be sending for the next operation: drain the sockets into
+      // early-arrival buffers, or their readiness would wake the engine forever.
+      if (Status st = transport_->progress(); !st.ok()) fail(st);
+      return false;
+    }
     moved = true;
     if (Status st = startOp(current_); !st.ok()) {
       fail(Status(st.code(), format("rank %d: %s: %s", rank_, current_->args.describe().c_str(),
@@ -407,7 +413,12 @@ void Communicator::fail(const Status& why) {
 Status Communicator::finalize() {
   Engine::get().waitUntil([this] { return idle(); });
   HC_TRY(asyncError());
-  HC_TRY(store_->barrier(keyPrefix() + "/finalize", nranks_, Deadline::afterSec(options_.timeoutSec)));
+  const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
+  HC_TRY(store_->barrier(keyPrefix() + "/finalize", nranks_, deadline));
+  // Second phase: everyone says it is through; the store's host waits for all of them before it may exit.
+  HC_ASSIGN_OR_RETURN(int64_t left, store_->add(keyPrefix() + "/finalize/left", 1));
+  if (left == nranks_) HC_TRY(store_->set(keyPrefix() + "/finalize/gone", {}));
+  if (hostsStore_) HC_TRY(store_->get(keyPrefix() + "/finalize/gone", deadline).status());
   setState(kFinalized);
   return okStatus();
 }

@@ -65,6 +65,10 @@ class Communicator {
   const char* name() const { return options_.name.empty() ? nullptr : options_.name.c_str(); }
   const CommOptions& options() const { return options_; }
 
+  // This process serves the rendezvous store the communicator uses: finalize then waits until every rank is
+  // past its barrier, so the store does not vanish under a rank still reading from it.
+  void setHostsStore(bool hosts) { hostsStore_ = hosts; }
+
   // Non-blocking init (config blocking = 0) runs init on this thread.
   std::thread initThread;
   Status initError;
@@ -92,6 +96,7 @@ class Communicator {
   std::vector<transport::Connection*> connPtrs_;
   int waitFd_ = -1;
   bool attached_ = false;
+  bool hostsStore_ = false;
 
   // Queue (API threads push, engine pops).
   std::mutex mu_;

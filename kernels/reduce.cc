@@ -4,11 +4,14 @@
 // - Each (element type, op) is one plain loop, written once as a template. GCC auto-vectorises it at -O3;
 //   there is no hand-written SIMD except the float16 fast path below. Element-wise loops need no
 //   -ffast-math (nothing is reassociated), so results are the IEEE results of each single operation.
-// - The per-datatype entry points carry target_clones: GCC compiles each three times (AVX-512F, AVX2,
-//   baseline x86-64) and an ifunc resolver picks one when the library is loaded, so one binary runs on any
-//   x86-64 and still uses the widest vectors the CPU has. Clones sit on the 10 per-datatype templates,
-//   not on every (type, op, aliasing) loop, to keep 10 resolvers instead of 120; the loops are
-//   always_inline so that they are compiled inside, and for, each clone.
+// - The per-datatype entry points carry target_clones: GCC compiles each three times (x86-64-v4: AVX-512
+//   F/BW/DQ/VL; x86-64-v3: AVX2, F16C, FMA; baseline x86-64) and an ifunc resolver picks one by CPU features
+//   when the library is loaded, so one binary runs on any x86-64 and still uses the widest vectors the CPU
+//   has. x86-64-v4 rather than plain avx512f: 8- and 16-bit elements (int8, float16, bfloat16) need AVX512BW
+//   for 512-bit vectors and fall back to 256-bit without it, and GCC 12's target_clones rejects
+//   "avx512bw" on its own. Clones sit on the 10 per-datatype templates, not on every (type, op, aliasing)
+//   loop, to keep 10 resolvers instead of 120; the loops are always_inline so that they are compiled
+//   inside, and for, each clone.
 // - dst may be a or b. Each aliasing case gets its own loop whose pointers are __restrict: without that,
 //   GCC versions the loop on a runtime overlap check, and exact aliasing (dst == a) fails that check and
 //   runs the scalar copy. Every case computes op(a[i], b[i]) in that order, so the bits never depend on
@@ -17,13 +20,12 @@
 //   rounded half-precision result, not merely a close one: float's 24-bit significand is at least 2p+2 for
 //   p = 11 (float16) and p = 8 (bfloat16), and for +, *, / such double rounding is known to be innocuous.
 //   (The one gap: a bfloat16 product below 2^-126, a float subnormal, is rounded by float with fewer bits;
-//   it may then be off by one bfloat16 subnormal ulp.)
+//   it may then be off by one bfloat16 subnormal ulp. bfloat16 subnormals are float subnormals, so a caller
+//   that sets FTZ/DAZ in MXCSR gets them flushed, as its own float code does.)
 // - float16 has a fast path on CPUs with F16C (one instruction converts 8 elements each way), chosen once.
 //   Elsewhere, and in the public scalar conversions, branch-free bit manipulation produces the same bits,
 //   NaNs included (the unit tests compare the two).
 #include "kernels/reduce.h"
-
-#include <immintrin.h>
 
 #include <bit>
 #include <cstring>
@@ -32,11 +34,22 @@
 #include "common/log.h"
 #include "common/param.h"
 
+// Multi-versioning and the F16C path are x86-64 only; elsewhere the same loops compile once, for the
+// build's target, and the compiler's own vectoriser for that target applies.
+#if defined(__x86_64__)
+#define HC_KERNEL_X86 1
+#include <immintrin.h>
+#else
+#define HC_KERNEL_X86 0
+#endif
+
 #define HC_KERNEL_INLINE inline __attribute__((always_inline))
 // A build may predefine HC_KERNEL_CLONES, e.g. as empty (baseline code only) or as
 // __attribute__((target("arch=x86-64-v3"))), to test one variant on a CPU whose resolver would pick another.
-#ifndef HC_KERNEL_CLONES
+#if !defined(HC_KERNEL_CLONES) && HC_KERNEL_X86
 #define HC_KERNEL_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif !defined(HC_KERNEL_CLONES)
+#define HC_KERNEL_CLONES
 #endif
 
 namespace hetcomm::kernels {
@@ -45,7 +58,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------------------
 // Half-precision conversions by bit manipulation. Branch-free: every case is computed, then one is selected
 // with masks. Selecting with ?: instead lets GCC 12 turn the choice back into a branch that its vectoriser
-// cannot if-convert (seen for the x86-64-v3 clone), and the loop then runs scalar, 30x slower.
+// cannot if-convert (seen in the x86-64-v3 and -v4 clones), and the loop then runs scalar, ~10x slower.
 
 // All ones where `cond` holds, else zero.
 HC_KERNEL_INLINE uint32_t maskIf(bool cond) { return 0u - static_cast<uint32_t>(cond); }
@@ -97,8 +110,8 @@ HC_KERNEL_INLINE uint16_t floatToBfloat16Bits(float f) {
   // Round to nearest even; a carry moves into the exponent and the largest finite values round to inf.
   uint32_t rounded = u + 0x7FFFu + ((u >> 16) & 1u);
   // NaN: truncate and set the quiet bit, since rounding could carry a NaN's payload into inf. Tested as
-  // f != f and selected before narrowing: one float compare and one blend per vector, where an unsigned
-  // compare (which AVX2 lacks) on narrowed values costs GCC several shuffles.
+  // f != f (one float compare; AVX2 has no unsigned integer compare) and selected before narrowing, so
+  // each vector narrows once.
   uint32_t bits = select(maskIf(f != f), u | 0x00400000u, rounded);
   return static_cast<uint16_t>(bits >> 16);
 }
@@ -230,10 +243,14 @@ template <class E>
 HC_KERNEL_CLONES void reduceAs(void* dst, const void* a, const void* b, size_t count, RedOp op) {
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: return reduceWith<E, SumOp>(dst, a, b, count);
-    case RedOp::kProd: return reduceWith<E, ProdOp>(dst, a, b, count);
-    case RedOp::kMax: return reduceWith<E, MaxOp>(dst, a, b, count);
-    case RedOp::kMin: return reduceWith<E, MinOp>(dst, a, b, count);
+    case RedOp::kAvg:
+      return reduceWith<E, SumOp>(dst, a, b, count);
+    case RedOp::kProd:
+      return reduceWith<E, ProdOp>(dst, a, b, count);
+    case RedOp::kMax:
+      return reduceWith<E, MaxOp>(dst, a, b, count);
+    case RedOp::kMin:
+      return reduceWith<E, MinOp>(dst, a, b, count);
   }
 }
 
@@ -249,6 +266,7 @@ HC_KERNEL_CLONES void divideAs(void* dst, size_t count, int n) {
   for (size_t i = 0; i < count; ++i) d[i] = E::store(static_cast<C>(static_cast<D>(E::load(d[i])) / divisor));
 }
 
+#if HC_KERNEL_X86
 // ---------------------------------------------------------------------------------------------------------
 // float16 on F16C. The conversions are the expensive part of a float16 reduction (a few dozen integer
 // operations per element by bit manipulation), and F16C does each direction in one instruction for 8
@@ -302,12 +320,18 @@ __attribute__((target("avx2,f16c"))) void reduceHalfF16c(void* dst, const void* 
   const auto* y = static_cast<const uint16_t*>(b);
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: return halfLoopF16c<SumOp>(d, x, y, count);
-    case RedOp::kProd: return halfLoopF16c<ProdOp>(d, x, y, count);
-    case RedOp::kMax: return halfLoopF16c<MaxOp>(d, x, y, count);
-    case RedOp::kMin: return halfLoopF16c<MinOp>(d, x, y, count);
+    case RedOp::kAvg:
+      return halfLoopF16c<SumOp>(d, x, y, count);
+    case RedOp::kProd:
+      return halfLoopF16c<ProdOp>(d, x, y, count);
+    case RedOp::kMax:
+      return halfLoopF16c<MaxOp>(d, x, y, count);
+    case RedOp::kMin:
+      return halfLoopF16c<MinOp>(d, x, y, count);
   }
 }
+
+#endif  // HC_KERNEL_X86
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, RedOp);
 
@@ -316,6 +340,9 @@ HC_PARAM_INT(kernelF16c, "KERNEL_F16C", 1);
 
 // Chosen once, on first use (a function-local static, so it is safe however early a caller arrives).
 ReduceFn halfReducer() {
+#if !HC_KERNEL_X86
+  return &reduceAs<Half>;
+#else
   static const ReduceFn fn = [] {
     __builtin_cpu_init();
     bool f16c = kernelF16c() != 0 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
@@ -323,11 +350,11 @@ ReduceFn halfReducer() {
     const char* isa = __builtin_cpu_supports("x86-64-v4")   ? "x86-64-v4 (AVX-512)"
                       : __builtin_cpu_supports("x86-64-v3") ? "x86-64-v3 (AVX2)"
                                                             : "baseline x86-64";
-    HC_INFO(Init, "kernels: reductions use %s code; float16 converts by %s", isa,
-            f16c ? "F16C" : "bit manipulation");
+    HC_INFO(Init, "kernels: reductions use %s code; float16 converts by %s", isa, f16c ? "F16C" : "bit manipulation");
     return f16c ? &reduceHalfF16c : &reduceAs<Half>;
   }();
   return fn;
+#endif
 }
 
 }  // namespace
@@ -336,16 +363,26 @@ void reduce(void* dst, const void* a, const void* b, size_t count, DataType type
   HC_CHECK(isValid(type) && isValid(op));
   if (count == 0) return;  // callers may pass null buffers with a zero count
   switch (type) {
-    case DataType::kInt8: return reduceAs<Plain<int8_t>>(dst, a, b, count, op);
-    case DataType::kUint8: return reduceAs<Plain<uint8_t>>(dst, a, b, count, op);
-    case DataType::kInt32: return reduceAs<Plain<int32_t>>(dst, a, b, count, op);
-    case DataType::kUint32: return reduceAs<Plain<uint32_t>>(dst, a, b, count, op);
-    case DataType::kInt64: return reduceAs<Plain<int64_t>>(dst, a, b, count, op);
-    case DataType::kUint64: return reduceAs<Plain<uint64_t>>(dst, a, b, count, op);
-    case DataType::kFloat16: return halfReducer()(dst, a, b, count, op);
-    case DataType::kFloat32: return reduceAs<Plain<float>>(dst, a, b, count, op);
-    case DataType::kFloat64: return reduceAs<Plain<double>>(dst, a, b, count, op);
-    case DataType::kBfloat16: return reduceAs<Bfloat16>(dst, a, b, count, op);
+    case DataType::kInt8:
+      return reduceAs<Plain<int8_t>>(dst, a, b, count, op);
+    case DataType::kUint8:
+      return reduceAs<Plain<uint8_t>>(dst, a, b, count, op);
+    case DataType::kInt32:
+      return reduceAs<Plain<int32_t>>(dst, a, b, count, op);
+    case DataType::kUint32:
+      return reduceAs<Plain<uint32_t>>(dst, a, b, count, op);
+    case DataType::kInt64:
+      return reduceAs<Plain<int64_t>>(dst, a, b, count, op);
+    case DataType::kUint64:
+      return reduceAs<Plain<uint64_t>>(dst, a, b, count, op);
+    case DataType::kFloat16:
+      return halfReducer()(dst, a, b, count, op);
+    case DataType::kFloat32:
+      return reduceAs<Plain<float>>(dst, a, b, count, op);
+    case DataType::kFloat64:
+      return reduceAs<Plain<double>>(dst, a, b, count, op);
+    case DataType::kBfloat16:
+      return reduceAs<Bfloat16>(dst, a, b, count, op);
   }
 }
 
@@ -353,16 +390,26 @@ void divideBy(void* dst, size_t count, DataType type, int n) {
   HC_CHECK(isValid(type) && n >= 1);
   if (count == 0 || n == 1) return;
   switch (type) {
-    case DataType::kInt8: return divideAs<Plain<int8_t>>(dst, count, n);
-    case DataType::kUint8: return divideAs<Plain<uint8_t>>(dst, count, n);
-    case DataType::kInt32: return divideAs<Plain<int32_t>>(dst, count, n);
-    case DataType::kUint32: return divideAs<Plain<uint32_t>>(dst, count, n);
-    case DataType::kInt64: return divideAs<Plain<int64_t>>(dst, count, n);
-    case DataType::kUint64: return divideAs<Plain<uint64_t>>(dst, count, n);
-    case DataType::kFloat16: return divideAs<Half>(dst, count, n);
-    case DataType::kFloat32: return divideAs<Plain<float>>(dst, count, n);
-    case DataType::kFloat64: return divideAs<Plain<double>>(dst, count, n);
-    case DataType::kBfloat16: return divideAs<Bfloat16>(dst, count, n);
+    case DataType::kInt8:
+      return divideAs<Plain<int8_t>>(dst, count, n);
+    case DataType::kUint8:
+      return divideAs<Plain<uint8_t>>(dst, count, n);
+    case DataType::kInt32:
+      return divideAs<Plain<int32_t>>(dst, count, n);
+    case DataType::kUint32:
+      return divideAs<Plain<uint32_t>>(dst, count, n);
+    case DataType::kInt64:
+      return divideAs<Plain<int64_t>>(dst, count, n);
+    case DataType::kUint64:
+      return divideAs<Plain<uint64_t>>(dst, count, n);
+    case DataType::kFloat16:
+      return divideAs<Half>(dst, count, n);
+    case DataType::kFloat32:
+      return divideAs<Plain<float>>(dst, count, n);
+    case DataType::kFloat64:
+      return divideAs<Plain<double>>(dst, count, n);
+    case DataType::kBfloat16:
+      return divideAs<Bfloat16>(dst, count, n);
   }
 }
 

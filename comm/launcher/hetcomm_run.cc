@@ -61,13 +61,22 @@ bool isValidName(std::string_view name) {
   return true;
 }
 
+constexpr const char* kUsage = "hetcomm-run -np N [options] [--] program [args...]";
+
+// CLI11's usage line would read "hetcomm-run [OPTIONS]": it never sees the program, which parseCommandLine splits
+// off first.
+class UsageFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override { return std::string("Usage: ") + kUsage + "\n"; }
+};
+
 // Returns an exit status to stop with, or -1 to go on.
 int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
   CLI::App app(
       "Starts N ranks of program on this host with the HETCOMM_* environment a communicator bootstraps from, and\n"
-      "hosts their rendezvous store.\n\n"
-      "Usage: hetcomm-run -np N [options] [--] program [args...]",
+      "hosts their rendezvous store.\n",
       "hetcomm-run");
+  app.formatter(std::make_shared<UsageFormatter>());
   app.add_option("-n,--np,--nproc-per-node", opts.nranks, "Number of ranks to start (also -np)")
       ->required()
       ->check(CLI::Range(1, 65536));
@@ -115,7 +124,7 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
     return kUsageExit;
   }
   if (opts.program.empty()) {
-    std::fprintf(stderr, "hetcomm-run: no program given\nUsage: hetcomm-run -np N [options] [--] program [args...]\n");
+    std::fprintf(stderr, "hetcomm-run: no program given\nUsage: %s\n", kUsage);
     return kUsageExit;
   }
   return -1;

@@ -247,17 +247,20 @@ int Job::run() {
 
 // Returns 0, or the launcher's exit code when the rank could not be started (its reason already printed).
 int Job::spawn(Rank& rank) {
-  int outPipe[2], errPipe[2], execPipe[2];
-  if (pipe2(outPipe, O_CLOEXEC) != 0) {
-    say("cannot create a pipe for rank %d: %s", rank.index, strerror(errno));
-    return 1;
+  int pipes[3][2];  // stdout, stderr, exec error
+  for (int p = 0; p < 3; ++p) {
+    if (pipe2(pipes[p], O_CLOEXEC) != 0) {
+      say("cannot create a pipe for rank %d: %s", rank.index, strerror(errno));
+      for (int q = 0; q < p; ++q) {
+        close(pipes[q][0]);
+        close(pipes[q][1]);
+      }
+      return 1;
+    }
   }
-  if (pipe2(errPipe, O_CLOEXEC) != 0 || pipe2(execPipe, O_CLOEXEC) != 0) {
-    say("cannot create a pipe for rank %d: %s", rank.index, strerror(errno));
-    close(outPipe[0]);
-    close(outPipe[1]);
-    return 1;
-  }
+  int* outPipe = pipes[0];
+  int* errPipe = pipes[1];
+  int* execPipe = pipes[2];
   // Like mpirun, only rank 0 gets the launcher's stdin, and not from a terminal: ranks run in background process
   // groups, so reading the terminal would stop them with SIGTTIN.
   int stdinFd = (rank.index == 0 && !isatty(STDIN_FILENO)) ? STDIN_FILENO : devNull_;

@@ -37,12 +37,24 @@ void fill(std::byte* buf, size_t count, DataType type, int seed) {
   for (size_t i = 0; i < count; ++i) {
     float v = 1.0f + static_cast<float>((i * 7 + seed) % 64) / 64.0f;
     switch (type) {
-      case DataType::kFloat16: reinterpret_cast<uint16_t*>(buf)[i] = hetcomm::kernels::floatToHalf(v); break;
-      case DataType::kBfloat16: reinterpret_cast<uint16_t*>(buf)[i] = hetcomm::kernels::floatToBfloat16(v); break;
-      case DataType::kFloat32: reinterpret_cast<float*>(buf)[i] = v; break;
-      case DataType::kFloat64: reinterpret_cast<double*>(buf)[i] = v; break;
-      case DataType::kInt32: reinterpret_cast<int32_t*>(buf)[i] = static_cast<int32_t>(i * 7 + seed); break;
-      default: std::memset(buf + i * sizeOf(type), seed, sizeOf(type)); break;
+      case DataType::kFloat16:
+        reinterpret_cast<uint16_t*>(buf)[i] = hetcomm::kernels::floatToHalf(v);
+        break;
+      case DataType::kBfloat16:
+        reinterpret_cast<uint16_t*>(buf)[i] = hetcomm::kernels::floatToBfloat16(v);
+        break;
+      case DataType::kFloat32:
+        reinterpret_cast<float*>(buf)[i] = v;
+        break;
+      case DataType::kFloat64:
+        reinterpret_cast<double*>(buf)[i] = v;
+        break;
+      case DataType::kInt32:
+        reinterpret_cast<int32_t*>(buf)[i] = static_cast<int32_t>(i * 7 + seed);
+        break;
+      default:
+        std::memset(buf + i * sizeOf(type), seed, sizeOf(type));
+        break;
     }
   }
 }

@@ -5,7 +5,7 @@
 // generator, never from running a reduction, so a check costs O(1) per element whatever the number of ranks.
 //
 // Why results are exact in any reduction order (the generator's contract):
-//   * every input is a small integer (|v| <= 12 for reductions) that every datatype represents exactly;
+//   * every input is a small integer (|v| <= 24 for reductions) that every datatype represents exactly;
 //   * sum / avg: rank r holds ((r + h(i)) mod 5) - c, with c = 1 for signed and float types (-1..3) and 0 for
 //     unsigned ones (0..4), and one rank per element adds a bonus in [0, 7]. Any partial sum over any subset of
 //     n ranks lies in [-ceil(n/5), 6 ceil(n/5) + 7] (signed), so it is an integer that half (n <= 1700) and

@@ -138,7 +138,10 @@ void TcpConnection::flush(TcpStream& s) {
     }
     if (ec == asio::error::interrupted) continue;
     if (ec) {
-      fail(remoteError("send to rank %d over tcp (via %s) failed: %s", peer_, via_.c_str(), ec.message().c_str()));
+      // The peer may have said why it went away before closing: read that first, for a better message.
+      if (!s.eof) onReadable(s);
+      if (broken_.ok())
+        fail(remoteError("send to rank %d over tcp (via %s) failed: %s", peer_, via_.c_str(), ec.message().c_str()));
       return;
     }
     s.queuedBytes -= std::min(s.queuedBytes, wrote);
@@ -195,7 +198,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
       return okStatus();
     }
     if (in.complete) {
-      if (!buf.empty()) std::memcpy(buf.data(), in.buf.data(), buf.size());
+      if (!buf.empty()) std::memcpy(buf.data(), in.buf.get(), buf.size());
       finishRequest(&req, buf.size());
       inbound_.erase(it);
       return okStatus();
@@ -233,7 +236,7 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
                                          in.user.size()));
         in.req = nullptr;
       }
-      in.buf.resize(h.total);
+      in.buf.reset(new std::byte[h.total ? h.total : 1]);
     }
   }
   if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
@@ -255,7 +258,7 @@ void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
 void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
   in.complete = true;
   if (!in.req) return;  // unexpected: waits for its irecv
-  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.data(), in.total);
+  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
   finishRequest(in.req, in.total);
   inbound_.erase(tag);
 }

@@ -93,8 +93,8 @@ class TcpConnection final : public Connection {
     bool complete = false;
     uint64_t total = 0;
     uint64_t received = 0;
-    std::vector<std::byte> buf;  // payload when not intoUser
-    std::byte* base() { return intoUser ? user.data() : buf.data(); }
+    std::unique_ptr<std::byte[]> buf;  // payload when not intoUser (uninitialised: every byte gets written)
+    std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
   void flush(TcpStream& s);

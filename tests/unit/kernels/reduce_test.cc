@@ -4,6 +4,8 @@
 //
 // Every datatype x op runs at odd counts (vector bodies plus scalar or padded tails), out of place and in
 // place into either input, from aligned and misaligned addresses, with guard elements after dst.
+#include "kernels/reduce.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +20,6 @@
 #include <vector>
 
 #include "kernels/datatype.h"
-#include "kernels/reduce.h"
 
 namespace hetcomm::kernels {
 namespace {
@@ -43,13 +44,20 @@ const char* aliasName(Alias m) {
 template <class F>
 void visitInteger(DataType t, F&& f) {
   switch (t) {
-    case DataType::kInt8: return f(int8_t{});
-    case DataType::kUint8: return f(uint8_t{});
-    case DataType::kInt32: return f(int32_t{});
-    case DataType::kUint32: return f(uint32_t{});
-    case DataType::kInt64: return f(int64_t{});
-    case DataType::kUint64: return f(uint64_t{});
-    default: FAIL() << "not an integer type: " << name(t);
+    case DataType::kInt8:
+      return f(int8_t{});
+    case DataType::kUint8:
+      return f(uint8_t{});
+    case DataType::kInt32:
+      return f(int32_t{});
+    case DataType::kUint32:
+      return f(uint32_t{});
+    case DataType::kInt64:
+      return f(int64_t{});
+    case DataType::kUint64:
+      return f(uint64_t{});
+    default:
+      FAIL() << "not an integer type: " << name(t);
   }
 }
 
@@ -102,7 +110,9 @@ void storeFloat(std::byte* buf, size_t i, DataType t, double v) {
       std::memcpy(buf + 4 * i, &f, 4);
       break;
     }
-    default: std::memcpy(buf + 8 * i, &v, 8); break;
+    default:
+      std::memcpy(buf + 8 * i, &v, 8);
+      break;
   }
 }
 
@@ -132,7 +142,9 @@ class Buf {
 Buf runReduce(const Buf& a, const Buf& b, size_t count, DataType t, RedOp op, Alias mode, size_t offset) {
   Buf dst(t, count, offset);
   switch (mode) {
-    case Alias::kOutOfPlace: reduce(dst.data(), a.data(), b.data(), count, t, op); break;
+    case Alias::kOutOfPlace:
+      reduce(dst.data(), a.data(), b.data(), count, t, op);
+      break;
     case Alias::kIntoA:
       std::memcpy(dst.data(), a.data(), a.bytes());
       reduce(dst.data(), dst.data(), b.data(), count, t, op);
@@ -156,10 +168,18 @@ T integerReference(T a, T b, RedOp op) {
   Wide x = a, y = b, r = 0;
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: r = x + y; break;
-    case RedOp::kProd: r = x * y; break;
-    case RedOp::kMax: r = std::max(x, y); break;
-    case RedOp::kMin: r = std::min(x, y); break;
+    case RedOp::kAvg:
+      r = x + y;
+      break;
+    case RedOp::kProd:
+      r = x * y;
+      break;
+    case RedOp::kMax:
+      r = std::max(x, y);
+      break;
+    case RedOp::kMin:
+      r = std::min(x, y);
+      break;
   }
   return static_cast<T>(static_cast<unsigned __int128>(r));
 }
@@ -167,10 +187,14 @@ T integerReference(T a, T b, RedOp op) {
 double floatReference(double a, double b, RedOp op) {
   switch (op) {
     case RedOp::kSum:
-    case RedOp::kAvg: return a + b;
-    case RedOp::kProd: return a * b;
-    case RedOp::kMax: return std::max(a, b);
-    case RedOp::kMin: return std::min(a, b);
+    case RedOp::kAvg:
+      return a + b;
+    case RedOp::kProd:
+      return a * b;
+    case RedOp::kMax:
+      return std::max(a, b);
+    case RedOp::kMin:
+      return std::min(a, b);
   }
   return 0;
 }
@@ -350,9 +374,9 @@ TEST_P(ReduceRandomFloat, WithinHalfUlp) {
                                                                    : std::min(x, y);
       double got = loadFloat(dst.data(), i, t);
       double err = static_cast<double>(std::fabs(static_cast<long double>(got) - exact));
-      double tol = (op == RedOp::kMax || op == RedOp::kMin) ? 0.0
-                                                            : spec.relTol * static_cast<double>(std::fabs(exact)) +
-                                                                  spec.absTol;
+      double tol = (op == RedOp::kMax || op == RedOp::kMin)
+                       ? 0.0
+                       : spec.relTol * static_cast<double>(std::fabs(exact)) + spec.absTol;
       ASSERT_LE(err, tol) << "element " << i << ": op(" << static_cast<double>(x) << ", " << static_cast<double>(y)
                           << ") = " << got << ", exact " << static_cast<double>(exact);
       if (t == DataType::kFloat16 || t == DataType::kBfloat16) {
@@ -367,8 +391,7 @@ TEST_P(ReduceRandomFloat, WithinHalfUlp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FloatTypes, ReduceRandomFloat,
-                         ::testing::Combine(::testing::ValuesIn(kFloatTypes), ::testing::ValuesIn(kAllOps)),
-                         paramName);
+                         ::testing::Combine(::testing::ValuesIn(kFloatTypes), ::testing::ValuesIn(kAllOps)), paramName);
 
 // ---------------------------------------------------------------------------------------------------------
 // Special values.
