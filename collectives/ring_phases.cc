@@ -1,5 +1,7 @@
 #include "collectives/ring_phases.h"
 
+#include <algorithm>
+
 namespace hetcomm::coll {
 
 Ring::Ring(const GroupView& g, size_t count, kernels::DataType dtype)
@@ -13,7 +15,10 @@ Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
   return Slice{buf, base + lo * esz, (hi - lo) * esz};
 }
 
-size_t ringStageBytes(const Ring& ring) { return 2 * ring.ch.nchunks * ring.ch.per * ring.esz; }
+// Received chunks wait in a small ring of staging slots, reused in order: few enough to stay in cache between the
+// receive that writes a slot and the reduce that reads it, enough to keep several chunks in flight.
+size_t ringStageSlots(const Ring& ring) { return std::min<size_t>(kRingStageSlots, (ring.n - 1) * ring.ch.nchunks); }
+size_t ringStageBytes(const Ring& ring) { return ringStageSlots(ring) * ring.ch.per * ring.esz; }
 
 ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const ChunkSlice& input,
                                          const StepChunkSlice& acc, const std::function<Slice(size_t c)>& out,
@@ -22,9 +27,10 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
   const size_t nc = ring.ch.nchunks;
   ReduceScatterSteps res;
   res.sends.assign(n - 1, std::vector<uint32_t>(nc));
-  std::vector<std::vector<uint32_t>> recvs(n - 1, std::vector<uint32_t>(nc)), reduces(n - 1, std::vector<uint32_t>(nc));
+  std::vector<std::vector<uint32_t>> reduces(n - 1, std::vector<uint32_t>(nc));
+  std::vector<uint32_t> byOrder;  // reduce steps in the order chunks are received: slot reuse follows it
   res.done.resize(nc);
-  const size_t slotBytes = ring.ch.per * ring.esz;
+  const size_t slotBytes = ring.ch.per * ring.esz, slots = ringStageSlots(ring);
   for (int k = 0; k < n - 1; ++k) {
     const int sendBlock = ring.mod(r - k - 1), recvBlock = ring.mod(r - k - 2);
     for (size_t c = 0; c < nc; ++c) {
@@ -34,12 +40,12 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
       uint32_t snd = s.send(ring.next, tag, src);
       if (k > 0) s.steps[snd].dependOn(reduces[k - 1][c]);
       res.sends[k][c] = snd;
-      // Receive into a staging slot; slots alternate by step parity, so a slot is free once step k-2 reduced it.
+      // Receive into the next staging slot, free once the reduce that used it `slots` receives ago is done.
       Slice in = input(recvBlock, c);
-      Slice stage{Buf::kScratch, stageBase + ((k % 2) * ring.ch.nchunks + c) * slotBytes, in.bytes};
+      const size_t order = byOrder.size();
+      Slice stage{Buf::kScratch, stageBase + (order % slots) * slotBytes, in.bytes};
       uint32_t rcv = s.recv(ring.prev, tag, stage);
-      if (k >= 2) s.steps[rcv].dependOn(reduces[k - 2][c]);
-      recvs[k][c] = rcv;
+      if (order >= slots) s.steps[rcv].dependOn(byOrder[order - slots]);
       // Reduce with this rank's contribution; the last step produces the final block r.
       Slice dst = k == n - 2 ? out(c) : acc(k, recvBlock, c);
       uint32_t red = s.reduce(dst, in, stage);
@@ -47,6 +53,7 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
       // acc slots may be reused every other step (reduce-scatter into scratch): wait for the send that read it.
       if (k >= 1) s.steps[red].dependOn(res.sends[k - 1][c]);
       reduces[k][c] = red;
+      byOrder.push_back(red);
       res.done[c] = red;
       if (k == n - 2 && s.op == kernels::RedOp::kAvg) {
         uint32_t div = s.divide(dst);

@@ -47,7 +47,8 @@ void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, cons
                        const std::vector<uint32_t>& ownReady, const std::vector<std::vector<uint32_t>>& notBefore,
                        uint32_t tagBase);
 
-// Bytes of scratch the reduce-scatter staging needs.
+// Staging slots for received chunks (a ring; see ring_phases.cc) and the scratch bytes they need.
+constexpr size_t kRingStageSlots = 8;
 size_t ringStageBytes(const Ring& ring);
 
 }  // namespace hetcomm::coll

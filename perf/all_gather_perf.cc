@@ -1,6 +1,6 @@
 // all_gather_perf: hetcommAllGather, nccl-tests style. Block j of every rank's receive buffer is rank j's input;
 // the count column is the per-rank count, the size column the whole receive buffer.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

@@ -1,5 +1,5 @@
 // all_reduce_perf: hetcommAllReduce, nccl-tests style. Every rank ends with the reduction of every element.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

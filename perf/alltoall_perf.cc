@@ -1,6 +1,6 @@
 // alltoall_perf: hetcommAlltoAll, nccl-tests style. Block j of rank r's receive buffer is block r of rank j's
 // send buffer. In place (sendbuff == recvbuff) is timed but, as in nccl-tests, not checked (#wrong N/A).
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

@@ -1,5 +1,5 @@
 // broadcast_perf: hetcommBroadcast, nccl-tests style. The root's input ends up in every rank's receive buffer.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

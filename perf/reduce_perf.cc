@@ -1,5 +1,5 @@
 // reduce_perf: hetcommReduce, nccl-tests style. Only the root's receive buffer holds the result and is checked.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

@@ -1,6 +1,6 @@
 // reduce_scatter_perf: hetcommReduceScatter, nccl-tests style. Rank r receives block r of the reduction; the
 // count column is the per-rank count, the size column the whole send buffer.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

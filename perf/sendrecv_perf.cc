@@ -1,7 +1,7 @@
 // sendrecv_perf: a ring shift with hetcommSend / hetcommRecv, nccl-tests style. Each rank sends its buffer to
 // rank + 1 and receives rank - 1's, both in one group so neither waits for the other. In place is timed but, as
 // in nccl-tests, not checked (#wrong N/A).
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 namespace {
 using namespace hetcomm::perf;

@@ -3,7 +3,7 @@
 // The run follows nccl-tests' structure so that numbers compare: per (datatype, op, root) a barrier and warmup
 // calls at the largest and smallest size; per size, out-of-place then in-place, each with one untimed call, a
 // barrier, `iters` timed calls, the time combined across ranks (-a), then `check` verified calls on fresh data.
-#include "common/perf_common.h"
+#include "perf/common/perf_common.h"
 
 #include <unistd.h>
 

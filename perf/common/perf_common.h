@@ -13,7 +13,7 @@
 #include <cstddef>
 #include <stdexcept>
 
-#include "common/perf_data.h"
+#include "perf/common/perf_data.h"
 
 namespace hetcomm::perf {
 

@@ -1,5 +1,5 @@
 // perf_data.cc: generator, closed-form expected values and the check. See perf_data.h for the exactness argument.
-#include "common/perf_data.h"
+#include "perf/common/perf_data.h"
 
 #include <algorithm>
 #include <bit>

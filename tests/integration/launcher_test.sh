@@ -6,6 +6,8 @@
 #
 # Every launch runs under `timeout`, so a launcher that hangs fails its check instead of the whole run. The ranks'
 # sleeps carry a duration unique to this run (sleep 30.<id>) so the leftover checks ignore other users' processes.
+# The ranks' commands are single-quoted on purpose: their variables expand in the rank, not here.
+# shellcheck disable=SC2016
 set -u
 
 RUN=${1:?usage: launcher_test.sh path/to/hetcomm-run}
@@ -119,7 +121,15 @@ signal_test() {
   done
   start=$(now_ms)
   kill -"$sig" $pid
-  (sleep 15 && kill -KILL $pid) 2>/dev/null &
+  # Kills the launcher if it has not ended in 15 s. Its sleep goes with it, and nothing in it holds our stdout:
+  # ctest waits for that to close.
+  (
+    sleep 15 &
+    s=$!
+    trap 'kill $s; exit 0' TERM
+    wait $s
+    kill -KILL $pid
+  ) >/dev/null 2>&1 &
   local watchdog=$!
   wait $pid
   rc=$?

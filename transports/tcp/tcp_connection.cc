@@ -26,6 +26,9 @@ constexpr size_t kDirectReadBytes = 32 << 10;
 constexpr size_t kReadBudgetBytes = 8 << 20;
 constexpr size_t kMaxAbortReason = 1024;
 constexpr size_t kMaxIov = 32;
+// Bytes of early-arrived messages a connection holds before it stops reading (a single message larger than this
+// is still taken when nothing else is held, so no message can block forever).
+constexpr size_t kEarlyBudgetBytes = 4 << 20;
 
 void finishRequest(Request* req, size_t bytes) {
   req->state = Request::State::kDone;
@@ -109,15 +112,28 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
 }
 
 void TcpConnection::setWantWrite(TcpStream& s, bool want) {
-  if (s.wantWrite == want || !s.sock.is_open()) return;
-  epoll_event ev{};
-  ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
-  ev.data.ptr = &s;
-  if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0) {
-    fail(errnoStatus(errno, "tcp: epoll_ctl mod for rank %d", peer_));
-    return;
-  }
+  if (s.wantWrite == want) return;
   s.wantWrite = want;
+  updateInterest(s);
+}
+
+void TcpConnection::updateInterest(TcpStream& s) {
+  if (!s.sock.is_open() || s.eof) return;  // an EOF socket left the epoll set for good
+  epoll_event ev{};
+  ev.events = (s.stalled ? 0 : EPOLLIN) | (s.wantWrite ? EPOLLOUT : 0);
+  ev.data.ptr = &s;
+  if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0)
+    fail(errnoStatus(errno, "tcp: epoll_ctl mod for rank %d", peer_));
+}
+
+void TcpConnection::resumeStalled() {
+  for (auto& s : streams_) {
+    if (!s->stalled || !broken_.ok()) continue;
+    s->stalled = false;
+    updateInterest(*s);
+    // The header that stalled it is already in staging: no epoll event will announce it again.
+    if (parse(*s) && !s->stalled) onReadable(*s);
+  }
 }
 
 void TcpConnection::flush(TcpStream& s) {
@@ -162,6 +178,16 @@ void TcpConnection::flush(TcpStream& s) {
 
 void TcpConnection::onWritable(TcpStream& s) { flush(s); }
 
+void TcpConnection::onHangup(TcpStream& s) {
+  s.drainAll = true;
+  if (s.stalled) {
+    s.stalled = false;
+    updateInterest(s);
+    if (!parse(s)) return;
+  }
+  onReadable(s);
+}
+
 void TcpConnection::sendAbort(std::string_view reason) noexcept {
   if (!broken_.ok() || eofStreams_ > 0) return;
   // Only on a socket that is between frames: a frame written into the middle of another would be garbage.
@@ -194,13 +220,19 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
                                      "made with different counts?",
                                      peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_,
                                      buf.size()));
-      if (in.complete) inbound_.erase(it);
+      if (in.complete) {
+        earlyBytes_ -= in.total;
+        inbound_.erase(it);
+        resumeStalled();
+      }
       return okStatus();
     }
     if (in.complete) {
       if (!buf.empty()) std::memcpy(buf.data(), in.buf.get(), buf.size());
       finishRequest(&req, buf.size());
+      earlyBytes_ -= in.total;
       inbound_.erase(it);
+      resumeStalled();
       return okStatus();
     }
     in.req = &req;  // partly here: lands in in.buf, copied out on completion
@@ -218,6 +250,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
   Inbound& in = inbound_[tag];
   in.req = &req;
   in.user = buf;
+  resumeStalled();
   return okStatus();
 }
 
@@ -237,6 +270,7 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
         in.req = nullptr;
       }
       in.buf.reset(new std::byte[h.total ? h.total : 1]);
+      earlyBytes_ += h.total;
     }
   }
   if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
@@ -257,8 +291,11 @@ void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
 
 void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
   in.complete = true;
-  if (!in.req) return;  // unexpected: waits for its irecv
-  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
+  if (!in.req) return;  // arrived early: waits for its irecv
+  if (!in.intoUser) {
+    if (in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
+    earlyBytes_ -= in.total;
+  }
   finishRequest(in.req, in.total);
   inbound_.erase(tag);
 }
@@ -285,6 +322,14 @@ bool TcpConnection::parse(TcpStream& s) {
         s.begin += sizeof(h) + h.len;
         fail(peerGone());
         return false;
+      }
+      if (!s.drainAll && earlyBytes_ > 0 && earlyBytes_ + h.total > kEarlyBudgetBytes) {
+        auto it = inbound_.find(h.tag);
+        if (it == inbound_.end() || (!it->second.req && !it->second.haveHeader)) {
+          s.stalled = true;  // leave the header in staging; resumeStalled() picks it up
+          updateInterest(s);
+          break;
+        }
       }
       s.begin += sizeof(h);
       s.cur = h;
@@ -318,7 +363,7 @@ bool TcpConnection::parse(TcpStream& s) {
 
 void TcpConnection::onReadable(TcpStream& s) {
   size_t budget = kReadBudgetBytes;
-  while (budget > 0 && broken_.ok() && !s.eof) {
+  while (budget > 0 && broken_.ok() && !s.eof && !s.stalled) {
     boost::system::error_code ec;
     size_t n;
     bool direct = false;
@@ -349,7 +394,7 @@ void TcpConnection::onReadable(TcpStream& s) {
       payloadArrived(s.cur, n);
     } else {
       s.end += n;
-      if (!parse(s)) return;
+      if (!parse(s) || s.stalled) return;
     }
   }
 }

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# check_layers.sh: the layer rules of DESIGN.md, checked on #include lines. A layer includes only the layers
+# below it; clients (perf/, trainer/) include only the public headers in include/hetcomm/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+status=0
+check() {  # folder, then forbidden include prefixes
+  local dir=$1; shift
+  [ -d "$dir" ] || return 0
+  for bad in "$@"; do
+    hits=$(grep -rnE "#include[[:space:]]*[\"<]($bad)/" "$dir" --include='*.h' --include='*.cc' --include='*.cu' --include='*.cuh' 2>/dev/null)
+    if [ -n "$hits" ]; then
+      echo "layer rule broken: $dir/ must not include $bad/:"; echo "$hits"; status=1
+    fi
+  done
+}
+check common kernels transports topology collectives comm trainer perf
+check kernels transports topology collectives comm trainer perf
+check transports topology collectives comm trainer perf
+check topology transports collectives comm trainer perf
+check collectives comm trainer perf
+check trainer common kernels transports topology collectives comm perf
+check perf common kernels transports topology collectives comm trainer
+[ $status = 0 ] && echo "layers: ok"
+exit $status

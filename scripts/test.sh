@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# test.sh: sets up (scripts/setup.sh), checks the layer rules, and runs the whole test suite with ctest:
+# unit tests per layer and multi-process integration tests through hetcomm-run.
+#   LABEL=unit scripts/test.sh          only one label (unit | integration)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/check_layers.sh
+cd "${BUILD_DIR:-build}"
+args=(--output-on-failure --timeout 600 -j 2)
+[ -n "${LABEL:-}" ] && args+=(-L "$LABEL")
+ctest "${args[@]}"
+leftover=$(ls /dev/shm 2>/dev/null | grep -i hetcomm || true)
+if [ -n "$leftover" ]; then
+  echo "test: shared-memory segments left behind in /dev/shm: $leftover" >&2
+  exit 1
+fi

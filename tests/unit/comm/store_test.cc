@@ -1,0 +1,265 @@
+// The rendezvous store: set / get / add, get waiting for a set from another thread, bounded waits, the secret
+// handshake, and allGather / barrier with ranks as threads.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/bootstrap/store.h"
+#include "common/deadline.h"
+
+namespace hetcomm::comm {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+Bytes bytesOf(const std::string& s) {
+  return Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
+}
+std::string textOf(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
+
+crypto::Secret secretOf(uint8_t seed) {
+  crypto::Secret s{};
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(seed + 3 * i);
+  return s;
+}
+
+class Store : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = StoreServer::start("127.0.0.1", 0, secret_);
+    ASSERT_TRUE(s) << s.error().toString();
+    server_ = std::move(*s);
+    ASSERT_NE(server_->port(), 0);
+  }
+  std::unique_ptr<StoreClient> client(double timeoutSec = 10) {
+    auto c = StoreClient::connect("127.0.0.1", server_->port(), secret_, Deadline::afterSec(timeoutSec));
+    EXPECT_TRUE(c) << c.error().toString();
+    return c ? std::move(*c) : nullptr;
+  }
+
+  crypto::Secret secret_ = secretOf(7);
+  std::unique_ptr<StoreServer> server_;
+};
+
+TEST_F(Store, SetThenGet) {
+  auto c = client();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->set("alpha", bytesOf("one")).ok());
+  auto v = c->get("alpha", Deadline::afterSec(5));
+  ASSERT_TRUE(v) << v.error().toString();
+  EXPECT_EQ(textOf(*v), "one");
+  // Overwrite; empty values; binary values.
+  ASSERT_TRUE(c->set("alpha", bytesOf("two")).ok());
+  EXPECT_EQ(textOf(*c->get("alpha", Deadline::afterSec(5))), "two");
+  ASSERT_TRUE(c->set("empty", {}).ok());
+  auto e = c->get("empty", Deadline::afterSec(5));
+  ASSERT_TRUE(e);
+  EXPECT_TRUE(e->empty());
+  Bytes bin(100000);
+  for (size_t i = 0; i < bin.size(); ++i) bin[i] = static_cast<std::byte>(i * 7);
+  ASSERT_TRUE(c->set("bin", bin).ok());
+  EXPECT_EQ(*c->get("bin", Deadline::afterSec(5)), bin);
+}
+
+TEST_F(Store, ValuesAreSharedBetweenClients) {
+  auto a = client(), b = client();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->set("k", bytesOf("from a")).ok());
+  auto v = b->get("k", Deadline::afterSec(5));
+  ASSERT_TRUE(v);
+  EXPECT_EQ(textOf(*v), "from a");
+}
+
+TEST_F(Store, AddCountsFromZero) {
+  auto a = client(), b = client();
+  ASSERT_TRUE(a && b);
+  auto r = a->add("n", 5);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 5);
+  r = b->add("n", -2);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 3);
+  r = a->add("n", 0);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 3);
+  r = a->add("other", 1);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 1);
+}
+
+TEST_F(Store, GetWaitsForASetFromAnotherThread) {
+  auto getter = client(), setter = client();
+  ASSERT_TRUE(getter && setter);
+  Result<Bytes> got = internalError("not run");
+  double waited = 0;
+  std::thread t([&] {
+    double t0 = nowSec();
+    got = getter->get("late", Deadline::afterSec(10));
+    waited = nowSec() - t0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(setter->set("late", bytesOf("here")).ok());
+  t.join();
+  ASSERT_TRUE(got) << got.error().toString();
+  EXPECT_EQ(textOf(*got), "here");
+  EXPECT_GE(waited, 0.25);  // it really waited for the set
+  EXPECT_LT(waited, 5.0);
+}
+
+TEST_F(Store, GetTimesOutWithinItsDeadline) {
+  auto c = client();
+  ASSERT_TRUE(c);
+  double t0 = nowSec();
+  auto v = c->get("never-set", Deadline::afterMs(400));
+  double waited = nowSec() - t0;
+  ASSERT_FALSE(v);
+  EXPECT_EQ(v.error().code(), Code::kTimeout);
+  EXPECT_NE(v.error().message().find("never-set"), std::string::npos) << v.error().message();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 3.0);
+  // The server is fine: a new client works.
+  auto d = client();
+  ASSERT_TRUE(d);
+  ASSERT_TRUE(d->set("x", bytesOf("y")).ok());
+  EXPECT_EQ(textOf(*d->get("x", Deadline::afterSec(5))), "y");
+}
+
+TEST_F(Store, WrongSecretIsRefused) {
+  auto c = StoreClient::connect("127.0.0.1", server_->port(), secretOf(8), Deadline::afterSec(5));
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), Code::kRemote);
+  EXPECT_NE(c.error().message().find("secret"), std::string::npos) << c.error().message();
+  // The honest clients still get served.
+  auto ok = client();
+  ASSERT_TRUE(ok);
+  EXPECT_TRUE(ok->set("a", bytesOf("b")).ok());
+}
+
+TEST_F(Store, ClientWaitingInGetFailsWhenTheServerGoesAway) {
+  auto c = client();
+  ASSERT_TRUE(c);
+  Result<Bytes> got = internalError("not run");
+  double waited = 0;
+  std::thread t([&] {
+    double t0 = nowSec();
+    got = c->get("never", Deadline::afterSec(20));
+    waited = nowSec() - t0;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server_.reset();
+  t.join();
+  ASSERT_FALSE(got);
+  EXPECT_EQ(got.error().code(), Code::kRemote) << got.error().toString();
+  EXPECT_LT(waited, 10.0) << "the client noticed only at its deadline";
+}
+
+TEST(StoreConnect, NoServerTimesOutWithinTheDeadline) {
+  // A port nobody listens on: bind one and close it.
+  auto s = StoreServer::start("127.0.0.1", 0, secretOf(1));
+  ASSERT_TRUE(s);
+  uint16_t port = (*s)->port();
+  s->reset();
+  double t0 = nowSec();
+  auto c = StoreClient::connect("127.0.0.1", port, secretOf(1), Deadline::afterMs(600));
+  double waited = nowSec() - t0;
+  ASSERT_FALSE(c);
+  EXPECT_EQ(c.error().code(), Code::kTimeout);
+  EXPECT_NE(c.error().message().find("cannot reach the rendezvous store"), std::string::npos) << c.error().message();
+  EXPECT_LT(waited, 3.0);
+}
+
+TEST(StoreConnect, ClientRetriesUntilTheServerComesUp) {
+  // Reserve a port, free it, and start the server there only after the client began dialing.
+  auto s = StoreServer::start("127.0.0.1", 0, secretOf(2));
+  ASSERT_TRUE(s);
+  uint16_t port = (*s)->port();
+  s->reset();
+  Result<std::unique_ptr<StoreClient>> c = internalError("not run");
+  std::thread t([&] { c = StoreClient::connect("127.0.0.1", port, secretOf(2), Deadline::afterSec(10)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto late = StoreServer::start("127.0.0.1", port, secretOf(2));
+  t.join();
+  ASSERT_TRUE(late) << late.error().toString();
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
+}
+
+TEST(StoreConnect, BadBindAddressIsAnInvalidArgument) {
+  auto s = StoreServer::start("not-an-ip", 0, secretOf(1));
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.error().message().find("not-an-ip"), std::string::npos);
+}
+
+TEST_F(Store, AllGatherWithFourThreads) {
+  const int n = 4;
+  std::vector<Result<std::vector<Bytes>>> results(n, internalError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto c = client();
+      if (!c) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(30 * (n - r)));  // arrive in reverse order
+      results[r] = c->allGather("ag", r, n, bytesOf("rank" + std::to_string(r) + std::string(r, '+')),
+                                Deadline::afterSec(10));
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(results[r]) << "rank " << r << ": " << results[r].error().toString();
+    ASSERT_EQ(results[r]->size(), static_cast<size_t>(n));
+    for (int p = 0; p < n; ++p) EXPECT_EQ(textOf((*results[r])[p]), "rank" + std::to_string(p) + std::string(p, '+'));
+  }
+}
+
+TEST_F(Store, AllGatherNamesTheMissingRankOnTimeout) {
+  auto c = client();
+  ASSERT_TRUE(c);
+  auto r = c->allGather("lonely", 0, 2, bytesOf("x"), Deadline::afterMs(300));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kTimeout);
+  EXPECT_NE(r.error().message().find("rank 1 did not join"), std::string::npos) << r.error().message();
+}
+
+TEST_F(Store, BarrierWithFourThreads) {
+  const int n = 4;
+  std::atomic<int> arrived{0};
+  std::vector<int> seenAfter(n, -1);
+  std::vector<Status> st(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      auto c = client();
+      if (!c) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50 * r));  // staggered arrivals
+      arrived.fetch_add(1);
+      st[r] = c->barrier("bar", n, Deadline::afterSec(10));
+      seenAfter[r] = arrived.load();
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].toString();
+    EXPECT_EQ(seenAfter[r], n) << "rank " << r << " left the barrier before everyone arrived";
+  }
+}
+
+TEST_F(Store, BarrierTimesOutWhenARankIsMissing) {
+  const int n = 3;
+  std::vector<Status> st(n - 1);
+  std::vector<std::thread> threads;
+  double t0 = nowSec();
+  for (int r = 0; r < n - 1; ++r)
+    threads.emplace_back([&, r] {
+      auto c = client();
+      if (c) st[r] = c->barrier("bar2", n, Deadline::afterMs(500));
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_LT(nowSec() - t0, 5.0);
+  for (auto& s : st) EXPECT_EQ(s.code(), Code::kTimeout) << s.toString();
+}
+
+}  // namespace
+}  // namespace hetcomm::comm

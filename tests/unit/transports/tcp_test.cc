@@ -1,0 +1,769 @@
+// The TCP transport with 2 or 3 ranks in one process: connectAll runs on a thread per rank (it blocks until every
+// pair is connected), then ONE thread drives every transport's progress() in a loop bounded by iterations and wall
+// time, like the progress engine does. Checks data integrity at odd and large sizes, both directions at once,
+// receives posted before and after the data, many tags out of order, size mismatches, authentication, and how
+// a peer's close or abort reaches the other side.
+//
+// HETCOMM_NSOCKS_PERPEER is read once per process, so the striping tests re-run this binary as a child process
+// with the variable set (TcpStriping.* starts TcpStripingChild.Run).
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/strings.h"
+#include "transports/tcp/tcp_transport.h"
+
+extern char** environ;
+
+namespace hetcomm::transport::tcp {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+using Conns = std::vector<std::unique_ptr<Connection>>;
+
+crypto::Secret secretOf(uint8_t seed) {
+  crypto::Secret s{};
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(seed * 31 + i);
+  return s;
+}
+
+// Deterministic, position-dependent bytes: a misplaced or dropped segment shows up.
+Bytes pattern(size_t n, uint32_t seed) {
+  Bytes v(n);
+  uint32_t x = seed * 2654435761u + 12345;
+  for (size_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    v[i] = static_cast<std::byte>(x);
+  }
+  return v;
+}
+
+// "" when equal, else where they first differ.
+std::string diff(const Bytes& got, const Bytes& want) {
+  if (got.size() != want.size()) return format("size %zu, expected %zu", got.size(), want.size());
+  auto m = std::mismatch(got.begin(), got.end(), want.begin());
+  if (m.first == got.end()) return "";
+  return format("first difference at byte %zu of %zu", static_cast<size_t>(m.first - got.begin()), got.size());
+}
+
+// n transports of one communicator, connected to each other. Connections go before transports (their sockets
+// belong to the transport's io_context).
+struct Group {
+  std::vector<std::unique_ptr<TcpTransport>> t;
+  std::vector<Conns> c;  // c[rank][peer]
+
+  ~Group() {
+    c.clear();
+    t.clear();
+  }
+  Connection& conn(int from, int to) { return *c[from][to]; }
+
+  // Calls progress() on every transport until done() holds. Bounded by iterations and wall time; sleeps briefly
+  // in poll() on the transports' fds when a pass finds nothing to do.
+  bool drive(const std::function<bool()>& done, double wallSec = 60, long maxIters = 5'000'000) {
+    const Deadline deadline = Deadline::afterSec(wallSec);
+    std::vector<pollfd> fds;
+    for (auto& tr : t)
+      if (tr) fds.push_back({tr->waitFd(), POLLIN, 0});
+    for (long i = 0; i < maxIters; ++i) {
+      for (auto& tr : t) {
+        if (!tr) continue;
+        Status st = tr->progress();
+        if (!st.ok()) {
+          ADD_FAILURE() << "progress: " << st.toString();
+          return false;
+        }
+      }
+      if (done()) return true;
+      if (deadline.expired()) return false;
+      ::poll(fds.data(), fds.size(), 2);
+    }
+    return false;
+  }
+  // Drives for a while without a goal (lets data in flight land).
+  void driveFor(double sec) {
+    const Deadline d = Deadline::afterSec(sec);
+    drive([&] { return d.expired(); }, sec + 5);
+  }
+};
+
+transport::Config configFor(int rank, int n, const crypto::Secret& secret, uint64_t commId) {
+  transport::Config cfg;
+  cfg.rank = rank;
+  cfg.nranks = n;
+  cfg.secret = secret;
+  cfg.commId = commId;
+  cfg.timeoutSec = 10;
+  cfg.hostId = "unit-test-host";  // same host: peers dial 127.0.0.1 first
+  return cfg;
+}
+
+struct ConnectOutcome {
+  std::vector<Result<Conns>> results;
+  std::vector<double> seconds;  // how long each connectAll took
+};
+
+// Creates, listens and runs connectAll on a thread per rank. ranks[i] false: that rank listens but never calls
+// connectAll (a peer that hangs).
+ConnectOutcome connectGroup(Group& g, int n, const std::vector<crypto::Secret>& secrets,
+                            const std::vector<uint64_t>& commIds, double deadlineSec,
+                            std::vector<bool> participates = {}) {
+  if (participates.empty()) participates.assign(n, true);
+  ConnectOutcome out;
+  std::vector<Bytes> blobs(n);
+  g.t.resize(n);
+  for (int r = 0; r < n; ++r) {
+    auto tr = TcpTransport::create(configFor(r, n, secrets[r], commIds[r]));
+    EXPECT_TRUE(tr) << tr.error().toString();
+    if (!tr) return out;
+    g.t[r] = std::move(*tr);
+    auto blob = g.t[r]->listen();
+    EXPECT_TRUE(blob) << blob.error().toString();
+    if (!blob) return out;
+    blobs[r] = std::move(*blob);
+  }
+  std::vector<std::optional<Result<Conns>>> res(n);
+  out.seconds.assign(n, 0);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    if (!participates[r]) continue;
+    threads.emplace_back([&, r] {
+      std::vector<Bytes> mine = blobs;
+      mine[r].clear();
+      double t0 = nowSec();
+      res[r].emplace(g.t[r]->connectAll(mine, Deadline::afterSec(deadlineSec)));
+      out.seconds[r] = nowSec() - t0;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int r = 0; r < n; ++r)
+    out.results.push_back(res[r] ? std::move(*res[r]) : Result<Conns>(internalError("did not take part")));
+  return out;
+}
+
+// A connected group of n ranks with one secret and comm id; fails the test when set-up fails.
+void makeGroup(Group& g, int n) {
+  std::vector<crypto::Secret> secrets(n, secretOf(1));
+  std::vector<uint64_t> ids(n, 0xC0FFEE);
+  auto out = connectGroup(g, n, secrets, ids, 20);
+  ASSERT_EQ(static_cast<int>(out.results.size()), n);
+  g.c.resize(n);
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(out.results[r]) << "rank " << r << ": " << out.results[r].error().toString();
+    g.c[r] = std::move(*out.results[r]);
+    ASSERT_EQ(static_cast<int>(g.c[r].size()), n);
+    for (int p = 0; p < n; ++p) {
+      if (p == r) {
+        EXPECT_EQ(g.c[r][p], nullptr);
+      } else {
+        ASSERT_NE(g.c[r][p], nullptr) << r << "->" << p;
+        EXPECT_EQ(g.c[r][p]->peer(), p);
+      }
+    }
+  }
+}
+
+// ---- connection set-up ----
+
+TEST(TcpConnect, TwoRanks) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  EXPECT_EQ(g.t[0]->properties().kind, Kind::kTcp);
+  EXPECT_EQ(g.t[0]->properties().name, "tcp");
+  EXPECT_GE(g.t[0]->waitFd(), 0);
+  std::string d = g.conn(0, 1).describe();
+  EXPECT_EQ(d.rfind("r0->r1/tcp(2 sockets via ", 0), 0u) << d;  // default HETCOMM_NSOCKS_PERPEER = 2
+  EXPECT_EQ(g.conn(1, 0).describe().rfind("r1->r0/tcp(2 sockets", 0), 0u) << g.conn(1, 0).describe();
+}
+
+TEST(TcpConnect, ThreeRanks) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
+  EXPECT_NE(g.conn(2, 0).describe().find("r2->r0"), std::string::npos);
+}
+
+TEST(TcpConnect, SkipsRanksWithEmptyBlobs) {
+  // Ranks 0 and 2 of 3 connect; nobody wants rank 1 (its blob is empty for both, and it does not take part).
+  Group g;
+  const int n = 3;
+  std::vector<Bytes> blobs(n);
+  g.t.resize(n);
+  for (int r : {0, 2}) {
+    auto tr = TcpTransport::create(configFor(r, n, secretOf(1), 5));
+    ASSERT_TRUE(tr);
+    g.t[r] = std::move(*tr);
+    auto b = g.t[r]->listen();
+    ASSERT_TRUE(b);
+    blobs[r] = *b;
+  }
+  std::optional<Result<Conns>> r0, r2;
+  std::thread a([&] { r0.emplace(g.t[0]->connectAll({{}, {}, blobs[2]}, Deadline::afterSec(10))); });
+  std::thread b([&] { r2.emplace(g.t[2]->connectAll({blobs[0], {}, {}}, Deadline::afterSec(10))); });
+  a.join();
+  b.join();
+  ASSERT_TRUE(*r0) << r0->error().toString();
+  ASSERT_TRUE(*r2) << r2->error().toString();
+  EXPECT_EQ((**r0)[1], nullptr);
+  EXPECT_NE((**r0)[2], nullptr);
+  EXPECT_NE((**r2)[0], nullptr);
+  g.c.resize(n);
+  g.c[0] = std::move(**r0);
+  g.c[2] = std::move(**r2);
+}
+
+TEST(TcpConnect, ConnectAllBeforeListenIsInvalidUsage) {
+  auto tr = TcpTransport::create(configFor(0, 2, secretOf(1), 1));
+  ASSERT_TRUE(tr);
+  auto r = (*tr)->connectAll({{}, pattern(10, 1)}, Deadline::afterSec(1));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kInvalidUsage);
+  EXPECT_NE(r.error().message().find("before listen"), std::string::npos) << r.error().message();
+}
+
+TEST(TcpConnect, MalformedBlobIsRejected) {
+  auto tr = TcpTransport::create(configFor(0, 2, secretOf(1), 1));
+  ASSERT_TRUE(tr);
+  ASSERT_TRUE((*tr)->listen());
+  std::string junk = "hello=world\n";
+  Bytes blob(reinterpret_cast<const std::byte*>(junk.data()), reinterpret_cast<const std::byte*>(junk.data()) + junk.size());
+  auto r = (*tr)->connectAll({{}, blob}, Deadline::afterSec(2));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kRemote);
+  EXPECT_NE(r.error().message().find("rank 1's tcp address blob is malformed"), std::string::npos)
+      << r.error().message();
+}
+
+TEST(TcpConnect, PeerThatNeverConnectsTimesOutNamingIt) {
+  // Rank 1 listens but never calls connectAll; rank 0 (the dialer) must give up at its deadline, not hang.
+  for (int silent : {0, 1}) {
+    SCOPED_TRACE(format("silent rank %d", silent));
+    Group g;
+    std::vector<bool> participates = {silent != 0, silent != 1};
+    auto out = connectGroup(g, 2, {secretOf(1), secretOf(1)}, {7, 7}, 1.0, participates);
+    ASSERT_EQ(out.results.size(), 2u);
+    const int active = 1 - silent;
+    ASSERT_FALSE(out.results[active]);
+    EXPECT_EQ(out.results[active].error().code(), Code::kTimeout) << out.results[active].error().toString();
+    EXPECT_NE(out.results[active].error().message().find(format("waiting for rank(s) %d", silent)),
+              std::string::npos)
+        << out.results[active].error().message();
+    EXPECT_LT(out.seconds[active], 4.0);
+  }
+}
+
+// ---- data ----
+
+class TcpSizes : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(TcpSizes, BothDirectionsAtOnceReceivesPostedFirst) {
+  const size_t n = GetParam();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out01 = pattern(n, 1), out10 = pattern(n, 2);
+  Bytes in01(n), in10(n);
+  Request r01, r10, s01, s10;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r01, in01, 77).ok());
+  ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());  // same tag in the other direction is a different message
+  ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
+  ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
+  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }))
+      << "timed out";
+  for (Request* r : {&r01, &r10, &s01, &s10}) {
+    EXPECT_TRUE(r->done()) << r->error.toString();
+    EXPECT_EQ(r->bytes, n);
+  }
+  EXPECT_EQ(diff(in01, out01), "");
+  EXPECT_EQ(diff(in10, out10), "");
+}
+
+TEST_P(TcpSizes, ReceivePostedAfterTheDataArrived) {
+  const size_t n = GetParam();
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out01 = pattern(n, 3), out10 = pattern(n, 4);
+  Request s01, s10;
+  ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 5).ok());
+  ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 6).ok());
+  // Until the kernel took every byte, then a little more so the receivers read it all into their buffers.
+  ASSERT_TRUE(g.drive([&] { return s01.finished() && s10.finished(); }));
+  EXPECT_TRUE(s01.done()) << s01.error.toString();
+  EXPECT_TRUE(s10.done()) << s10.error.toString();
+  g.driveFor(0.2);
+  Bytes in01(n), in10(n);
+  Request r01, r10;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r01, in01, 5).ok());
+  ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 6).ok());
+  // Everything was here: the receives complete inside irecv, without another progress().
+  EXPECT_TRUE(r01.done()) << "state " << static_cast<int>(r01.state) << " " << r01.error.toString();
+  EXPECT_TRUE(r10.done()) << "state " << static_cast<int>(r10.state) << " " << r10.error.toString();
+  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished(); }));
+  EXPECT_EQ(r01.bytes, n);
+  EXPECT_EQ(diff(in01, out01), "");
+  EXPECT_EQ(diff(in10, out10), "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, TcpSizes, ::testing::Values(0, 1, 4095, (1u << 20) + 3, 64u << 20),
+                         [](const auto& info) { return "bytes" + std::to_string(info.param); });
+
+TEST(TcpData, ReceivePostedWhileTheMessageIsHalfWay) {
+  const size_t n = (8u << 20) + 11;
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out = pattern(n, 9), in(n);
+  Request s, r;
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 42).ok());
+  // A few passes: some segments are here, most are not.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(g.t[1]->progress().ok());
+    ASSERT_TRUE(g.t[0]->progress().ok());
+  }
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 42).ok());
+  ASSERT_TRUE(g.drive([&] { return s.finished() && r.finished(); }));
+  EXPECT_TRUE(r.done()) << r.error.toString();
+  EXPECT_EQ(diff(in, out), "");
+}
+
+TEST(TcpData, ManyTagsInFlightOutOfOrderBetweenThreeRanks) {
+  const int n = 3, kMsgs = 40;
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, n));
+  // Sizes mix tiny, odd, and multi-segment messages (> 512 KiB) so segments of different messages interleave.
+  auto sizeOf = [](int i) -> size_t {
+    static const size_t sizes[] = {0, 1, 7, 4095, 65536 + 3, (512u << 10) + 1, (1u << 20) + 7, 33};
+    return sizes[i % 8];
+  };
+  struct Msg {
+    int from, to, i;
+    Bytes out, in;
+    Request s, r;
+  };
+  std::deque<Msg> msgs;  // stable addresses for the requests
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b)
+        for (int i = 0; i < kMsgs; ++i) {
+          Msg& m = msgs.emplace_back();
+          m.from = a;
+          m.to = b;
+          m.i = i;
+          m.out = pattern(sizeOf(i), a * 1000 + b * 100 + i);
+          m.in.resize(sizeOf(i));
+        }
+  auto tag = [](const Msg& m) { return 0x1000ull + 977ull * m.i; };
+  // Half the receives first, in reverse order; then every send in order; then the other half, reversed again.
+  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
+    if (it->i % 2 == 0) {
+      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
+    }
+  for (auto& m : msgs) ASSERT_TRUE(g.conn(m.from, m.to).isend(m.s, m.out, tag(m)).ok());
+  g.driveFor(0.05);
+  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
+    if (it->i % 2 == 1) {
+      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
+    }
+  ASSERT_TRUE(g.drive([&] {
+    return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
+  }));
+  for (auto& m : msgs) {
+    SCOPED_TRACE(format("%d->%d #%d (%zu bytes)", m.from, m.to, m.i, m.out.size()));
+    EXPECT_TRUE(m.s.done()) << m.s.error.toString();
+    EXPECT_TRUE(m.r.done()) << m.r.error.toString();
+    EXPECT_EQ(diff(m.in, m.out), "");
+  }
+}
+
+TEST(TcpData, ConnectionsOfDifferentTransportsInOneProcessStayApart) {
+  // Two communicators' groups at once, same tags: each message lands in its own group.
+  Group a, b;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(a, 2));
+  ASSERT_NO_FATAL_FAILURE(makeGroup(b, 2));
+  Bytes outA = pattern(1000, 1), outB = pattern(1000, 2), inA(1000), inB(1000);
+  Request sa, sb, ra, rb;
+  ASSERT_TRUE(a.conn(1, 0).irecv(ra, inA, 1).ok());
+  ASSERT_TRUE(b.conn(1, 0).irecv(rb, inB, 1).ok());
+  ASSERT_TRUE(a.conn(0, 1).isend(sa, outA, 1).ok());
+  ASSERT_TRUE(b.conn(0, 1).isend(sb, outB, 1).ok());
+  const Deadline d = Deadline::afterSec(30);
+  while (!(ra.finished() && rb.finished()) && !d.expired()) {
+    a.drive([] { return true; });  // one pass each
+    b.drive([] { return true; });
+  }
+  EXPECT_TRUE(ra.done()) << ra.error.toString();
+  EXPECT_TRUE(rb.done()) << rb.error.toString();
+  EXPECT_EQ(diff(inA, outA), "");
+  EXPECT_EQ(diff(inB, outB), "");
+}
+
+// ---- errors on the data path ----
+
+TEST(TcpErrors, WrongSizeReceivePostedFirstFailsNamingBothSizes) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out = pattern(200, 1), in(100);
+  Request s, r;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 9).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 9).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished() && s.finished(); }));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.code(), Code::kInvalidUsage);
+  EXPECT_NE(r.error.message().find("sent 200 bytes"), std::string::npos) << r.error.message();
+  EXPECT_NE(r.error.message().find("expected 100"), std::string::npos) << r.error.message();
+  // The connection itself is fine: a later message goes through.
+  Bytes out2 = pattern(300, 2), in2(300);
+  Request s2, r2;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 10).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s2, out2, 10).ok());
+  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }));
+  EXPECT_TRUE(r2.done()) << r2.error.toString();
+  EXPECT_EQ(diff(in2, out2), "");
+}
+
+// After a size mismatch the message is gone, whichever side came first: the next receive with that tag gets the
+// next message with that tag, not the rejected one.
+TEST(TcpErrors, RejectedMessageDoesNotSatisfyTheNextReceiveOfItsTag) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out = pattern(200, 1), in(100);
+  Request s, r;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 9).ok());  // posted first, wrong size
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 9).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished() && s.finished(); }));
+  ASSERT_TRUE(r.failed());
+  g.driveFor(0.1);  // the rejected payload has all arrived
+  Bytes out2 = pattern(200, 2), in2(200);
+  Request s2, r2;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 9).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s2, out2, 9).ok());
+  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }));
+  EXPECT_TRUE(r2.done()) << r2.error.toString();
+  EXPECT_EQ(diff(in2, out2), "") << (diff(in2, out) == "" ? "got the rejected message again" : "");
+}
+
+TEST(TcpErrors, WrongSizeReceivePostedAfterArrivalFailsNamingBothSizes) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes out = pattern(64, 1), in(65);
+  Request s, r;
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 3).ok());
+  ASSERT_TRUE(g.drive([&] { return s.finished(); }));
+  g.driveFor(0.1);
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 3).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished(); }));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.code(), Code::kInvalidUsage);
+  EXPECT_NE(r.error.message().find("sent 64 bytes"), std::string::npos) << r.error.message();
+  EXPECT_NE(r.error.message().find("expected 65"), std::string::npos) << r.error.message();
+  // The mismatched message was consumed: the tag can be used again.
+  Bytes out2 = pattern(65, 2), in2(65);
+  Request s2, r2;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 3).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s2, out2, 3).ok());
+  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }));
+  EXPECT_TRUE(r2.done()) << r2.error.toString();
+  EXPECT_EQ(diff(in2, out2), "");
+}
+
+TEST(TcpErrors, SecondReceiveWithTheSameTagIsRefused) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes a(8), b(8);
+  Request r1, r2;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r1, a, 11).ok());
+  Status st = g.conn(1, 0).irecv(r2, b, 11);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("already posted"), std::string::npos) << st.message();
+}
+
+// ---- authentication ----
+
+// Rank `liar` has a different secret (or comm id). Its peer refuses it; nobody hangs, and each side says why.
+void expectRefused(int liar, bool badCommId) {
+  Group g;
+  std::vector<crypto::Secret> secrets = {secretOf(1), secretOf(1)};
+  std::vector<uint64_t> ids = {99, 99};
+  if (badCommId) ids[liar] = 100;
+  else secrets[liar] = secretOf(2);
+  const double deadlineSec = 2.0;
+  auto out = connectGroup(g, 2, secrets, ids, deadlineSec);
+  ASSERT_EQ(out.results.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(format("rank %d", r));
+    ASSERT_FALSE(out.results[r]) << "connected despite the wrong " << (badCommId ? "comm id" : "secret");
+    EXPECT_LT(out.seconds[r], deadlineSec + 3.0);
+  }
+  // Rank 0 dials and is refused during the handshake: a remote error that says so.
+  const Status& dialer = out.results[0].error();
+  EXPECT_EQ(dialer.code(), Code::kRemote) << dialer.toString();
+  EXPECT_NE(dialer.message().find("rank 0 cannot reach rank 1"), std::string::npos) << dialer.message();
+  EXPECT_NE(dialer.message().find(badCommId ? "communicator" : "secret"), std::string::npos)
+      << "the reason (refused in the handshake) is lost: " << dialer.message();
+  // Rank 1 accepts, refuses, and waits for a proper rank 0 until its deadline.
+  const Status& acceptor = out.results[1].error();
+  EXPECT_EQ(acceptor.code(), Code::kTimeout) << acceptor.toString();
+  EXPECT_NE(acceptor.message().find("waiting for rank(s) 0"), std::string::npos) << acceptor.message();
+}
+
+TEST(TcpAuth, DialerWithTheWrongSecretIsRefused) { expectRefused(0, false); }
+TEST(TcpAuth, AcceptorWithTheWrongSecretIsRefused) { expectRefused(1, false); }
+TEST(TcpAuth, OtherCommunicatorIsRefused) { expectRefused(0, true); }
+
+// ---- a peer goes away ----
+
+TEST(TcpFailure, PeerClosesItsConnection) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
+  Bytes in(100);
+  Request pending;
+  ASSERT_TRUE(g.conn(1, 0).irecv(pending, in, 1).ok());
+  g.driveFor(0.02);
+  EXPECT_FALSE(pending.finished());
+  g.c[0][1].reset();  // rank 0 closes (what destroying its communicator does)
+  ASSERT_TRUE(g.drive([&] { return pending.finished(); }, 10)) << "the pending receive never failed";
+  ASSERT_TRUE(pending.failed());
+  EXPECT_EQ(pending.error.code(), Code::kRemote);
+  EXPECT_NE(pending.error.message().find("rank 0"), std::string::npos) << pending.error.message();
+  // Later requests on the dead connection fail at once, with the same kind of reason.
+  Request late, lateSend;
+  Bytes out = pattern(10, 1);
+  ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 2).ok());
+  ASSERT_TRUE(g.conn(1, 0).isend(lateSend, out, 2).ok());
+  ASSERT_TRUE(g.drive([&] { return late.finished() && lateSend.finished(); }, 5));
+  EXPECT_TRUE(late.failed());
+  EXPECT_EQ(late.error.code(), Code::kRemote);
+  EXPECT_NE(late.error.message().find("rank 0"), std::string::npos) << late.error.message();
+  EXPECT_TRUE(lateSend.failed());
+  // Ranks 1 and 2 are unaffected.
+  Bytes o = pattern(5000, 7), i(5000);
+  Request s, r;
+  ASSERT_TRUE(g.conn(2, 1).irecv(r, i, 3).ok());
+  ASSERT_TRUE(g.conn(1, 2).isend(s, o, 3).ok());
+  ASSERT_TRUE(g.drive([&] { return s.finished() && r.finished(); }));
+  EXPECT_TRUE(r.done()) << r.error.toString();
+  EXPECT_EQ(diff(i, o), "");
+}
+
+TEST(TcpFailure, PeerClosesInTheMiddleOfALargeMessage) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  const size_t n = 64u << 20;
+  Bytes out = pattern(n, 1), in(n);
+  Request s, r;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 1).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 1).ok());
+  for (int k = 0; k < 3; ++k) {
+    ASSERT_TRUE(g.t[0]->progress().ok());
+    ASSERT_TRUE(g.t[1]->progress().ok());
+  }
+  ASSERT_FALSE(r.finished()) << "64 MiB arrived in 3 passes: cannot test a close in the middle";
+  g.conn(0, 1).close(invalidUsage("test closes rank 0's side"));
+  EXPECT_TRUE(s.failed());  // close fails the closer's own pending requests
+  EXPECT_NE(s.error.message().find("test closes"), std::string::npos) << s.error.message();
+  ASSERT_TRUE(g.drive([&] { return r.finished(); }, 10));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.code(), Code::kRemote);
+  EXPECT_NE(r.error.message().find("rank 0"), std::string::npos) << r.error.message();
+}
+
+TEST(TcpFailure, SendAbortReachesThePendingReceiveWithTheReason) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes in(64);
+  Request pending;
+  ASSERT_TRUE(g.conn(1, 0).irecv(pending, in, 8).ok());
+  g.driveFor(0.02);
+  ASSERT_FALSE(pending.finished());
+  g.conn(0, 1).sendAbort("reason: rank 0 hit a collective mismatch #12345");
+  ASSERT_TRUE(g.drive([&] { return pending.finished(); }, 10)) << "the abort never arrived";
+  ASSERT_TRUE(pending.failed());
+  EXPECT_EQ(pending.error.code(), Code::kRemote);
+  EXPECT_NE(pending.error.message().find("reason: rank 0 hit a collective mismatch #12345"), std::string::npos)
+      << pending.error.message();
+  EXPECT_NE(pending.error.message().find("rank 0 aborted"), std::string::npos) << pending.error.message();
+  // Receives posted afterwards get the same reason.
+  Request late;
+  ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 9).ok());
+  ASSERT_TRUE(g.drive([&] { return late.finished(); }, 5));
+  ASSERT_TRUE(late.failed());
+  EXPECT_NE(late.error.message().find("#12345"), std::string::npos) << late.error.message();
+}
+
+TEST(TcpFailure, SendAbortWithoutPendingReceiveFailsTheNextOne) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  g.conn(1, 0).sendAbort("rank 1 gives up");  // the higher rank aborts this time
+  g.driveFor(0.1);
+  Bytes in(4);
+  Request r;
+  ASSERT_TRUE(g.conn(0, 1).irecv(r, in, 1).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished(); }, 5));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.code(), Code::kRemote);
+  EXPECT_NE(r.error.message().find("rank 1 gives up"), std::string::npos) << r.error.message();
+}
+
+TEST(TcpFailure, CloseIsIdempotentAndFailsOwnRequests) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  Bytes in(10);
+  Request r;
+  ASSERT_TRUE(g.conn(0, 1).irecv(r, in, 1).ok());
+  g.conn(0, 1).close(invalidUsage("closing for the test"));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.message(), "closing for the test");
+  g.conn(0, 1).close(invalidUsage("second close"));  // no effect, no crash
+  Request r2;
+  ASSERT_TRUE(g.conn(0, 1).irecv(r2, in, 2).ok());
+  EXPECT_TRUE(r2.failed());
+  EXPECT_EQ(r2.error.message(), "closing for the test");
+}
+
+// ---- striping over several sockets: a child process with HETCOMM_NSOCKS_PERPEER set ----
+
+// Runs this binary again with only TcpStripingChild.Run and the given environment; returns its exit status and
+// fills its output.
+int runChild(const std::vector<std::string>& extraEnv, std::string* output, double timeoutSec = 120) {
+  char path[] = "/tmp/hc_striping_child.XXXXXX";
+  int fd = ::mkstemp(path);
+  if (fd < 0) return -1;
+  ::close(fd);
+  std::vector<std::string> envs;
+  for (char** e = environ; *e; ++e) {
+    std::string s = *e;
+    if (s.rfind("HETCOMM_NSOCKS_PERPEER=", 0) == 0 || s.rfind("HC_TEST_STRIPING_CHILD=", 0) == 0) continue;
+    envs.push_back(s);
+  }
+  envs.insert(envs.end(), extraEnv.begin(), extraEnv.end());
+  envs.push_back("HC_TEST_STRIPING_CHILD=1");
+  std::vector<char*> envp;
+  for (auto& s : envs) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe", filter = "--gtest_filter=TcpStripingChild.Run";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_TRUNC, 0);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  if (rc != 0) {
+    ::unlink(path);
+    return -1;
+  }
+  int status = 0;
+  const Deadline deadline = Deadline::afterSec(timeoutSec);
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (deadline.expired()) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      *output = "child timed out and was killed";
+      ::unlink(path);
+      return -2;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *output = ss.str();
+  ::unlink(path);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(TcpStripingChild, Run) {
+  if (!std::getenv("HC_TEST_STRIPING_CHILD"))
+    GTEST_SKIP() << "runs only as the child process of TcpStriping.* (with HETCOMM_NSOCKS_PERPEER set)";
+  const char* nsocksEnv = std::getenv("HETCOMM_NSOCKS_PERPEER");
+  ASSERT_NE(nsocksEnv, nullptr);
+  const int nsocks = std::atoi(nsocksEnv);
+  if (nsocks < 1 || nsocks > 16) {
+    auto tr = TcpTransport::create(configFor(0, 2, secretOf(1), 1));
+    ASSERT_FALSE(tr);
+    EXPECT_EQ(tr.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(tr.error().message().find(std::string("HETCOMM_NSOCKS_PERPEER=") + nsocksEnv), std::string::npos)
+        << tr.error().message();
+  } else {
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
+    const std::string want = format("(%d socket%s via ", nsocks, nsocks == 1 ? "" : "s");
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b)
+        if (a != b) {
+          EXPECT_NE(g.conn(a, b).describe().find(want), std::string::npos) << g.conn(a, b).describe();
+        }
+    // Large messages cut into segments over every socket, plus small ones in between, every direction at once.
+    const size_t sizes[] = {(16u << 20) + 5, 1, 4095, (1u << 20) + 3, 0, (3u << 20) + 1};
+    struct Msg {
+      Bytes out, in;
+      Request s, r;
+    };
+    std::deque<Msg> msgs;
+    int k = 0;
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b)
+        if (a != b)
+          for (size_t i = 0; i < std::size(sizes); ++i, ++k) {
+            Msg& m = msgs.emplace_back();
+            m.out = pattern(sizes[i], k);
+            m.in.resize(sizes[i]);
+            if (i % 2) {  // odd: posted first
+              ASSERT_TRUE(g.conn(b, a).irecv(m.r, m.in, 100 + i).ok());
+            }
+            ASSERT_TRUE(g.conn(a, b).isend(m.s, m.out, 100 + i).ok());
+          }
+    g.driveFor(0.05);
+    k = 0;
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b)
+        if (a != b)
+          for (size_t i = 0; i < std::size(sizes); ++i, ++k)
+            if (i % 2 == 0) {
+              ASSERT_TRUE(g.conn(b, a).irecv(msgs[k].r, msgs[k].in, 100 + i).ok());
+            }
+    ASSERT_TRUE(g.drive([&] {
+      return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
+    }));
+    for (size_t j = 0; j < msgs.size(); ++j) {
+      EXPECT_TRUE(msgs[j].r.done()) << j << ": " << msgs[j].r.error.toString();
+      EXPECT_EQ(diff(msgs[j].in, msgs[j].out), "") << j;
+    }
+  }
+  if (!HasFailure()) std::printf("HC_STRIPING_CHILD_OK nsocks=%s\n", nsocksEnv);
+}
+
+void expectChildPasses(const std::string& nsocks) {
+  std::string output;
+  int rc = runChild({"HETCOMM_NSOCKS_PERPEER=" + nsocks}, &output);
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_NE(output.find("HC_STRIPING_CHILD_OK nsocks=" + nsocks), std::string::npos) << output;
+}
+
+TEST(TcpStriping, FourSocketsPerPeer) { expectChildPasses("4"); }
+TEST(TcpStriping, OneSocketPerPeer) { expectChildPasses("1"); }
+TEST(TcpStriping, OutOfRangeSocketCountIsRejected) {
+  expectChildPasses("17");
+  expectChildPasses("0");
+}
+
+}  // namespace
+}  // namespace hetcomm::transport::tcp
