@@ -29,7 +29,9 @@ std::optional<int64_t> parseInt(const std::string& text) {
     }
     if (end[1] != '\0') return std::nullopt;
   }
-  return static_cast<int64_t>(v) * mult;
+  int64_t out;
+  if (__builtin_mul_overflow(static_cast<int64_t>(v), mult, &out)) return std::nullopt;
+  return out;
 }
 
 int64_t readInt(const char* name, int64_t def) {

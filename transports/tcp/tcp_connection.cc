@@ -211,6 +211,9 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
   req.state = Request::State::kPending;
   req.bytes = 0;
   auto it = inbound_.find(tag);
+  if (it != inbound_.end() && it->second.discard)
+    return internalError("tcp: tag %#llx from rank %d reused while its refused message is still arriving",
+                         (unsigned long long)tag, peer_);
   if (it != inbound_.end()) {
     Inbound& in = it->second;
     if (in.req) return internalError("tcp: a receive with tag %#llx from rank %d is already posted",
@@ -224,6 +227,8 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
         earlyBytes_ -= in.total;
         inbound_.erase(it);
         resumeStalled();
+      } else {
+        in.discard = true;  // still arriving: finishInbound throws it away
       }
       return okStatus();
     }
@@ -250,6 +255,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
   Inbound& in = inbound_[tag];
   in.req = &req;
   in.user = buf;
+  ++postedWaiting_;
   resumeStalled();
   return okStatus();
 }
@@ -259,10 +265,12 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
   if (!in.haveHeader) {
     in.haveHeader = true;
     in.total = h.total;
+    if (in.req) --postedWaiting_;
     if (in.req && in.user.size() == h.total) {
       in.intoUser = true;
     } else {
       if (in.req) {
+        in.discard = true;
         failRequest(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
                                          "calls made with different counts?",
                                          peer_, (unsigned long long)h.total, (unsigned long long)h.tag, myRank_,
@@ -291,6 +299,12 @@ void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
 
 void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
   in.complete = true;
+  if (in.discard) {
+    earlyBytes_ -= in.total;
+    inbound_.erase(tag);
+    resumeStalled();
+    return;
+  }
   if (!in.req) return;  // arrived early: waits for its irecv
   if (!in.intoUser) {
     if (in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
@@ -323,7 +337,7 @@ bool TcpConnection::parse(TcpStream& s) {
         fail(peerGone());
         return false;
       }
-      if (!s.drainAll && earlyBytes_ > 0 && earlyBytes_ + h.total > kEarlyBudgetBytes) {
+      if (!s.drainAll && postedWaiting_ == 0 && earlyBytes_ > 0 && earlyBytes_ + h.total > kEarlyBudgetBytes) {
         auto it = inbound_.find(h.tag);
         if (it == inbound_.end() || (!it->second.req && !it->second.haveHeader)) {
           s.stalled = true;  // leave the header in staging; resumeStalled() picks it up
@@ -415,7 +429,11 @@ void TcpConnection::streamEof(TcpStream& s) {
       ++it;
       continue;
     }
-    if (it->second.req) failRequest(it->second.req, gone);
+    if (it->second.req) {
+      failRequest(it->second.req, gone);
+      if (!it->second.haveHeader) --postedWaiting_;
+    }
+    if (it->second.haveHeader && !it->second.intoUser) earlyBytes_ -= it->second.total;
     it = inbound_.erase(it);
   }
   for (auto& st : streams_) {
@@ -432,6 +450,7 @@ void TcpConnection::fail(Status why) {
   for (auto& [tag, in] : inbound_)
     if (in.req) failRequest(in.req, why);
   inbound_.clear();
+  earlyBytes_ = postedWaiting_ = 0;
   for (auto& s : streams_) {
     for (auto& seg : s->sendq) failRequest(seg.req, why);
     s->sendq.clear();

@@ -6,7 +6,10 @@
 // payload straight into the posted buffer when the receive was posted before the data came; otherwise into a
 // buffer of its own, copied out when the receive is posted. Early arrivals are bounded per connection: past the
 // budget a socket is not read until a receive is posted, so the data waits in the kernel and TCP's flow control
-// slows the sender (as NCCL's posted-buffer protocol does) instead of costing an extra copy and memory.
+// slows the sender (as NCCL's posted-buffer protocol does) instead of costing an extra copy and memory. A socket
+// stalls only while every posted receive has already begun to arrive: a sender queues all segments of a message
+// on a socket before any segment of a later one, so nothing posted can then sit behind the stalled header, and
+// matching stays free of head-of-line blocking.
 //
 // Threading: only the progress engine thread calls a connection (and the transport's progress()).
 #pragma once
@@ -97,6 +100,7 @@ class TcpConnection final : public Connection {
     bool haveHeader = false;
     bool intoUser = false;  // payload lands in `user` directly
     bool complete = false;
+    bool discard = false;   // its receive was refused (wrong size): read it and throw it away
     uint64_t total = 0;
     uint64_t received = 0;
     std::unique_ptr<std::byte[]> buf;  // payload when not intoUser (uninitialised: every byte gets written)
@@ -125,7 +129,8 @@ class TcpConnection final : public Connection {
   std::unordered_map<uint64_t, Inbound> inbound_;
   Status broken_;  // once set, every new request fails with it
   size_t eofStreams_ = 0;
-  size_t earlyBytes_ = 0;  // held for messages that arrived before their receive
+  size_t earlyBytes_ = 0;     // held for messages that arrived before their receive
+  size_t postedWaiting_ = 0;  // posted receives whose message has not begun to arrive
   std::string abortReason_;  // reassembled abort frame payload
 };
 

@@ -120,6 +120,7 @@ std::span<uint8_t> bytesOf(T& v) {
 asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info, std::vector<std::string> addrs) {
   const Config& cfg = st.cfg;
   std::string lastError = "no address to try";
+  std::string refusal;  // a peer that answered but refused says more than an address that did not answer
   for (const auto& addr : addrs) {
     boost::system::error_code ec;
     auto ip = asio::ip::make_address(addr, ec);
@@ -163,14 +164,14 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info
       co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
     timer.cancel();
     if (ec || ack.magic != Ack::kMagic) {
-      lastError = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
-                         addr.c_str(), info.port);
+      refusal = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
+                       addr.c_str(), info.port);
       continue;
     }
     if (!crypto::macEqual(ack.mac, crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId,
                                                  idx))) {
-      lastError = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
-                         addr.c_str(), info.port, peer);
+      refusal = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
+                       addr.c_str(), info.port, peer);
       continue;
     }
     st.via[peer] = addr;
@@ -178,7 +179,9 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info
     --st.dialsLeft;
     co_return;
   }
-  if (st.error.ok()) st.error = remoteError("rank %d cannot reach rank %d over tcp: %s", cfg.rank, peer, lastError.c_str());
+  if (st.error.ok())
+    st.error = remoteError("rank %d cannot reach rank %d over tcp: %s", cfg.rank, peer,
+                           (refusal.empty() ? lastError : refusal).c_str());
 }
 
 asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
@@ -321,9 +324,13 @@ Result<std::vector<std::byte>> TcpTransport::listen() {
   if (!ec) acceptor_->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) return systemError("tcp: cannot listen: %s", ec.message().c_str());
   uint16_t port = acceptor_->local_endpoint().port();
+  // Advertise only addresses of the family we listen on: a peer dialling the other family would be refused.
+  std::vector<Interface> reachable;
+  for (const auto& i : ifaces_)
+    if ((i.addr.find(':') != std::string::npos) == v6only) reachable.push_back(i);
   HC_TRACE(Net, "tcp: rank %d listening on port %u (%zu interfaces, first %s %s)", config_.rank, port,
            ifaces_.size(), ifaces_[0].name.c_str(), ifaces_[0].addr.c_str());
-  return encodeBlob(config_.hostId, port, ifaces_);
+  return encodeBlob(config_.hostId, port, reachable);
 }
 
 Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(

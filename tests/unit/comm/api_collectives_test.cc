@@ -1,0 +1,412 @@
+// The public C API doing real work, ranks as threads in one process (hetcommCommInitAll): every collective on 1,
+// 2, 3 and 4 ranks, driven from one thread inside hetcommGroupStart/End (one call per communicator), streams,
+// CommSplit from threads, non-blocking init, finalize. Includes only <hetcomm/hetcomm.h>.
+#include <gtest/gtest.h>
+#include <hetcomm/hetcomm.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "api_test_util.h"
+
+namespace hetcomm_test {
+namespace {
+
+class ApiCollectives : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    n_ = GetParam();
+    ASSERT_NO_FATAL_FAILURE(initAll(comms_, n_));
+  }
+  int n_ = 0;
+  Comms comms_;
+};
+
+TEST_P(ApiCollectives, CountAndRank) {
+  for (int r = 0; r < n_; ++r) {
+    int count = -1, rank = -1;
+    HC_ASSERT_OK(hetcommCommCount(comms_[r], &count));
+    HC_ASSERT_OK(hetcommCommUserRank(comms_[r], &rank));
+    EXPECT_EQ(count, n_);
+    EXPECT_EQ(rank, r);
+  }
+}
+
+TEST_P(ApiCollectives, AllReduceSumOutOfPlaceAndMaxInPlace) {
+  const size_t count = 1031;
+  std::vector<std::vector<float>> send(n_, std::vector<float>(count)), recv(n_, std::vector<float>(count, -99.f));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) send[r][i] = static_cast<float>((r + 1) * (static_cast<int>(i % 13) - 6));
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(send[r].data(), recv[r].data(), count, hetcommFloat32, hetcommSum, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  const float ranksum = static_cast<float>(n_ * (n_ + 1) / 2);
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(recv[r][i], (static_cast<int>(i % 13) - 6) * ranksum) << "rank " << r << " element " << i;
+
+  std::vector<std::vector<int32_t>> buf(n_, std::vector<int32_t>(count));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) buf[r][i] = static_cast<int32_t>((r * 7 + i) % 11) - 5;
+  std::vector<int32_t> want(count, INT32_MIN);
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) want[i] = std::max(want[i], buf[r][i]);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt32, hetcommMax, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(buf[r], want) << "rank " << r;
+}
+
+TEST_P(ApiCollectives, Broadcast) {
+  const size_t count = 1001;
+  const int root = n_ - 1;
+  std::vector<int64_t> src(count);
+  for (size_t i = 0; i < count; ++i) src[i] = static_cast<int64_t>(i * i) - 500000;
+  std::vector<std::vector<int64_t>> recv(n_, std::vector<int64_t>(count, -1));
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)  // sendbuff matters only at the root: NULL elsewhere, as NCCL allows
+    HC_ASSERT_OK(hetcommBroadcast(r == root ? src.data() : nullptr, recv[r].data(), count, hetcommInt64, root,
+                                  comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(recv[r], src) << "rank " << r;
+}
+
+TEST_P(ApiCollectives, ReduceToAMiddleRoot) {
+  const size_t count = 513;
+  const int root = n_ / 2;
+  std::vector<std::vector<double>> send(n_, std::vector<double>(count));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) send[r][i] = 0.5 * r + static_cast<double>(i);
+  std::vector<double> out(count, -1), want(count, 0);
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) want[i] += send[r][i];
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)  // recvbuff matters only at the root
+    HC_ASSERT_OK(hetcommReduce(send[r].data(), r == root ? out.data() : nullptr, count, hetcommFloat64, hetcommSum,
+                               root, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  EXPECT_EQ(out, want);
+}
+
+TEST_P(ApiCollectives, AllGather) {
+  const size_t count = 5;
+  std::vector<std::vector<uint8_t>> send(n_, std::vector<uint8_t>(count)),
+      recv(n_, std::vector<uint8_t>(count * n_, 0xee));
+  std::vector<uint8_t> want(count * n_);
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) want[r * count + i] = send[r][i] = static_cast<uint8_t>(r * 16 + i);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAllGather(send[r].data(), recv[r].data(), count, hetcommUint8, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(recv[r], want) << "rank " << r;
+}
+
+TEST_P(ApiCollectives, ReduceScatter) {
+  const size_t count = 7;
+  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)), recv(n_, std::vector<int32_t>(count, -1));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count * n_; ++i) send[r][i] = static_cast<int32_t>(r * 1000 + i);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommReduceScatter(send[r].data(), recv[r].data(), count, hetcommInt32, hetcommSum, comms_[r],
+                                      nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) {
+      int32_t want = 0;
+      for (int q = 0; q < n_; ++q) want += send[q][r * count + i];
+      EXPECT_EQ(recv[r][i], want) << "rank " << r << " element " << i;
+    }
+}
+
+TEST_P(ApiCollectives, AlltoAll) {
+  const size_t count = 3;
+  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)), recv(n_, std::vector<int32_t>(count * n_, -1));
+  for (int r = 0; r < n_; ++r)
+    for (int j = 0; j < n_; ++j)
+      for (size_t k = 0; k < count; ++k) send[r][j * count + k] = r * 100 + j * 10 + static_cast<int32_t>(k);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAlltoAll(send[r].data(), recv[r].data(), count, hetcommInt32, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r)
+    for (int i = 0; i < n_; ++i)
+      for (size_t k = 0; k < count; ++k)
+        EXPECT_EQ(recv[r][i * count + k], i * 100 + r * 10 + static_cast<int32_t>(k)) << "rank " << r;
+}
+
+TEST_P(ApiCollectives, SendRecvRing) {
+  // Each rank sends to the next and receives from the previous; on 1 rank that is a send to self.
+  const size_t count = 1000;
+  std::vector<std::vector<float>> send(n_, std::vector<float>(count)), recv(n_, std::vector<float>(count, -1));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) send[r][i] = static_cast<float>(r * 10000 + i);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r) {
+    HC_ASSERT_OK(hetcommSend(send[r].data(), count, hetcommFloat32, (r + 1) % n_, comms_[r], nullptr));
+    HC_ASSERT_OK(hetcommRecv(recv[r].data(), count, hetcommFloat32, (r + n_ - 1) % n_, comms_[r], nullptr));
+  }
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(recv[r], send[(r + n_ - 1) % n_]) << "rank " << r;
+}
+
+TEST_P(ApiCollectives, CountZeroWithNullBuffers) {
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r) {
+    HC_ASSERT_OK(hetcommAllReduce(nullptr, nullptr, 0, hetcommFloat32, hetcommSum, comms_[r], nullptr));
+    HC_ASSERT_OK(hetcommAllGather(nullptr, nullptr, 0, hetcommInt8, comms_[r], nullptr));
+  }
+  HC_ASSERT_OK(hetcommGroupEnd());
+  // And the communicators still do real work afterwards.
+  std::vector<int> v(n_, 1);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(&v[r], &v[r], 1, hetcommInt32, hetcommSum, comms_[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(v[r], n_);
+}
+
+TEST_P(ApiCollectives, AsyncAllReduceOnStreamsInsideAGroup) {
+  const size_t count = 4099;
+  std::vector<hetcommStream_t> streams(n_, nullptr);
+  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
+  std::vector<std::vector<int32_t>> buf(n_, std::vector<int32_t>(count));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) buf[r][i] = static_cast<int32_t>(i) + r;
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n_; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt32, hetcommSum, comms_[r], streams[r]));
+  HC_ASSERT_OK(hetcommGroupEnd());  // returns once queued
+  for (int r = 0; r < n_; ++r) {
+    hetcommResult_t q = hetcommStreamQuery(streams[r]);
+    EXPECT_TRUE(q == hetcommSuccess || q == hetcommInProgress) << q << ": " << lastError();
+  }
+  for (int r = 0; r < n_; ++r) HC_ASSERT_OK(hetcommStreamSynchronize(streams[r]));
+  for (int r = 0; r < n_; ++r) {
+    EXPECT_EQ(hetcommStreamQuery(streams[r]), hetcommSuccess);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(buf[r][i], static_cast<int32_t>(n_ * i + n_ * (n_ - 1) / 2)) << "rank " << r << " element " << i;
+  }
+  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+}
+
+TEST_P(ApiCollectives, StreamRunsItsOperationsInIssueOrder) {
+  // Without a group: each call on a stream returns at once, so one thread can issue every rank's calls. Two
+  // in-place sums in a row must run in order: x -> n x -> n^2 x.
+  const size_t count = 257;
+  std::vector<hetcommStream_t> streams(n_, nullptr);
+  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
+  std::vector<std::vector<int64_t>> buf(n_, std::vector<int64_t>(count));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) buf[r][i] = static_cast<int64_t>(i + 1);
+  for (int round = 0; round < 2; ++round)
+    for (int r = 0; r < n_; ++r)
+      HC_ASSERT_OK(hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt64, hetcommSum, comms_[r], streams[r]));
+  for (int r = 0; r < n_; ++r) HC_ASSERT_OK(hetcommStreamSynchronize(streams[r]));
+  for (int r = 0; r < n_; ++r)
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[r][i], static_cast<int64_t>((i + 1) * n_ * n_)) << r << "," << i;
+  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+}
+
+TEST_P(ApiCollectives, BlockingCallsFromOneThreadPerRank) {
+  const size_t count = 300;
+  std::vector<std::vector<float>> buf(n_, std::vector<float>(count));
+  std::vector<hetcommResult_t> rc(n_, hetcommInternalError);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n_; ++r)
+    threads.emplace_back([&, r] {
+      std::fill(buf[r].begin(), buf[r].end(), static_cast<float>(r + 1));
+      rc[r] = hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommFloat32, hetcommSum, comms_[r], nullptr);
+      if (rc[r] == hetcommSuccess) rc[r] = hetcommBroadcast(buf[r].data(), buf[r].data(), count, hetcommFloat32, 0, comms_[r], nullptr);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n_; ++r) {
+    EXPECT_EQ(rc[r], hetcommSuccess) << "rank " << r;
+    EXPECT_EQ(buf[r], std::vector<float>(count, static_cast<float>(n_ * (n_ + 1) / 2)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ApiCollectives, ::testing::Values(1, 2, 3, 4),
+                         [](const auto& info) { return "np" + std::to_string(info.param); });
+
+// ---- communicator life ----
+
+TEST(ApiComm, SplitFromThreads) {
+  const int n = 4;
+  Comms parent;
+  ASSERT_NO_FATAL_FAILURE(initAll(parent, n));
+  Comms child;
+  child.c.assign(n, nullptr);
+  std::vector<hetcommResult_t> rc(n, hetcommInternalError);
+  std::vector<int> sums(n, -1), childRank(n, -1), childCount(n, -1);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      // Even and odd ranks; key -r reverses the order within each half.
+      rc[r] = hetcommCommSplit(parent[r], r % 2, -r, &child.c[r], nullptr);
+      if (rc[r] != hetcommSuccess) return;
+      hetcommCommCount(child.c[r], &childCount[r]);
+      hetcommCommUserRank(child.c[r], &childRank[r]);
+      int v = r;
+      rc[r] = hetcommAllReduce(&v, &sums[r], 1, hetcommInt32, hetcommSum, child.c[r], nullptr);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    ASSERT_EQ(rc[r], hetcommSuccess);
+    EXPECT_EQ(childCount[r], 2);
+    EXPECT_EQ(childRank[r], r < 2 ? 1 : 0);  // {2, 0} and {3, 1}
+    EXPECT_EQ(sums[r], r % 2 == 0 ? 0 + 2 : 1 + 3);
+  }
+  // The parent still works.
+  std::vector<int> v(n, 1);
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommAllReduce(&v[r], &v[r], 1, hetcommInt32, hetcommSum, parent[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  EXPECT_EQ(v, std::vector<int>(n, n));
+}
+
+TEST(ApiComm, SplitWithNoColorGivesNull) {
+  const int n = 3;
+  Comms parent;
+  ASSERT_NO_FATAL_FAILURE(initAll(parent, n));
+  Comms child;
+  child.c.assign(n, reinterpret_cast<hetcommComm_t>(0x1));  // must be overwritten, also with NULL
+  std::vector<hetcommResult_t> rc(n, hetcommInternalError);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      rc[r] = hetcommCommSplit(parent[r], r == 2 ? HETCOMM_SPLIT_NOCOLOR : 0, r, &child.c[r], nullptr);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) ASSERT_EQ(rc[r], hetcommSuccess) << r;
+  EXPECT_EQ(child[2], nullptr);
+  ASSERT_NE(child[0], nullptr);
+  int count = 0;
+  HC_ASSERT_OK(hetcommCommCount(child[0], &count));
+  EXPECT_EQ(count, 2);
+}
+
+TEST(ApiComm, InitRankFromThreadsThenFinalizeAndDestroy) {
+  const int n = 3;
+  hetcommUniqueId id;
+  HC_ASSERT_OK(hetcommGetUniqueId(&id));
+  std::vector<hetcommComm_t> comms(n, nullptr);
+  std::vector<hetcommResult_t> init(n), fin(n), destroy(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      init[r] = hetcommCommInitRank(&comms[r], n, id, r);
+      if (init[r] != hetcommSuccess) return;
+      int v = 1;
+      hetcommAllReduce(&v, &v, 1, hetcommInt32, hetcommSum, comms[r], nullptr);
+      fin[r] = hetcommCommFinalize(comms[r]);
+      destroy[r] = hetcommCommDestroy(comms[r]);
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(init[r], hetcommSuccess) << r;
+    EXPECT_EQ(fin[r], hetcommSuccess) << r;
+    EXPECT_EQ(destroy[r], hetcommSuccess) << r;
+  }
+}
+
+TEST(ApiComm, NonBlockingInitFromOneThread) {
+  const int n = 2;
+  hetcommUniqueId id;
+  HC_ASSERT_OK(hetcommGetUniqueId(&id));
+  Comms comms;
+  comms.c.assign(n, nullptr);
+  hetcommConfig_t cfg = HETCOMM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.timeoutSec = 10;
+  ASSERT_EQ(hetcommCommInitRankConfig(&comms.c[0], n, id, 0, &cfg), hetcommInProgress) << lastError();
+  ASSERT_NE(comms[0], nullptr);
+  // Rank 1 does not exist yet, so rank 0 cannot be ready: operations are refused, not queued.
+  hetcommResult_t state = hetcommSuccess;
+  HC_ASSERT_OK(hetcommCommGetAsyncError(comms[0], &state));
+  EXPECT_EQ(state, hetcommInProgress);
+  int v = 1;
+  EXPECT_EQ(hetcommAllReduce(&v, &v, 1, hetcommInt32, hetcommSum, comms[0], nullptr), hetcommInvalidUsage);
+  EXPECT_NE(lastError().find("still initializing"), std::string::npos) << lastError();
+  ASSERT_EQ(hetcommCommInitRankConfig(&comms.c[1], n, id, 1, &cfg), hetcommInProgress) << lastError();
+  // Poll until both are ready (bounded).
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::vector<hetcommResult_t> st(n, hetcommInProgress);
+  while (std::chrono::steady_clock::now() < until &&
+         (st[0] == hetcommInProgress || st[1] == hetcommInProgress)) {
+    for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommCommGetAsyncError(comms[r], &st[r]));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(st[0], hetcommSuccess);
+  ASSERT_EQ(st[1], hetcommSuccess);
+  std::vector<int> x = {3, 4};
+  HC_ASSERT_OK(hetcommGroupStart());
+  for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommAllReduce(&x[r], &x[r], 1, hetcommInt32, hetcommSum, comms[r], nullptr));
+  HC_ASSERT_OK(hetcommGroupEnd());
+  EXPECT_EQ(x, (std::vector<int>{7, 7}));
+}
+
+TEST(ApiComm, NonBlockingInitThatCannotCompleteReportsTheTimeout) {
+  hetcommUniqueId id;
+  HC_ASSERT_OK(hetcommGetUniqueId(&id));
+  Comms comms;
+  comms.c.assign(1, nullptr);
+  hetcommConfig_t cfg = HETCOMM_CONFIG_INITIALIZER;
+  cfg.blocking = 0;
+  cfg.timeoutSec = 1;
+  // Rank 0 of 2; rank 1 never comes.
+  ASSERT_EQ(hetcommCommInitRankConfig(&comms.c[0], 2, id, 0, &cfg), hetcommInProgress) << lastError();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  hetcommResult_t st = hetcommInProgress;
+  while (st == hetcommInProgress && std::chrono::steady_clock::now() < until) {
+    HC_ASSERT_OK(hetcommCommGetAsyncError(comms[0], &st));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(st, hetcommTimeout);
+  int v = 0;
+  EXPECT_EQ(hetcommAllReduce(&v, &v, 1, hetcommInt32, hetcommSum, comms[0], nullptr), hetcommTimeout);
+  EXPECT_NE(lastError().find("rank 1"), std::string::npos) << lastError();
+}
+
+TEST(ApiComm, AbortFreesTheCommunicator) {
+  Comms comms;
+  ASSERT_NO_FATAL_FAILURE(initAll(comms, 1));
+  HC_ASSERT_OK(hetcommCommAbort(comms[0]));
+  int count = -1;
+  EXPECT_EQ(hetcommCommCount(comms[0], &count), hetcommInvalidUsage);
+  EXPECT_EQ(count, -1);
+  comms.c[0] = nullptr;  // already freed
+}
+
+TEST(ApiComm, VersionAndErrorStrings) {
+  int version = -1;
+  HC_ASSERT_OK(hetcommGetVersion(&version));
+  EXPECT_EQ(version, HETCOMM_VERSION_CODE);
+  EXPECT_EQ(version, HETCOMM_MAJOR * 10000 + HETCOMM_MINOR * 100 + HETCOMM_PATCH);
+  std::vector<std::string> seen;
+  for (int r = 0; r < hetcommNumResults; ++r) {
+    const char* s = hetcommGetErrorString(static_cast<hetcommResult_t>(r));
+    ASSERT_NE(s, nullptr) << r;
+    EXPECT_GT(std::strlen(s), 5u) << r;
+    EXPECT_STRNE(s, "unknown result code") << r;
+    for (const auto& prev : seen) EXPECT_NE(prev, s) << "code " << r << " shares its string";
+    seen.push_back(s);
+  }
+  EXPECT_STREQ(hetcommGetErrorString(hetcommSuccess), "no error");
+  EXPECT_NE(std::string(hetcommGetErrorString(hetcommTimeout)).find("HETCOMM_TIMEOUT"), std::string::npos);
+  EXPECT_NE(std::string(hetcommGetErrorString(hetcommRemoteError)).find("remote"), std::string::npos);
+  EXPECT_STREQ(hetcommGetErrorString(hetcommNumResults), "unknown result code");
+  EXPECT_STREQ(hetcommGetErrorString(static_cast<hetcommResult_t>(-1)), "unknown result code");
+}
+
+}  // namespace
+}  // namespace hetcomm_test
