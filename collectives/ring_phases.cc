@@ -15,9 +15,11 @@ Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
   return Slice{buf, base + lo * esz, (hi - lo) * esz};
 }
 
-// Received chunks wait in a small ring of staging slots, reused in order: few enough to stay in cache between the
-// receive that writes a slot and the reduce that reads it, enough to keep several chunks in flight.
-size_t ringStageSlots(const Ring& ring) { return std::min<size_t>(kRingStageSlots, (ring.n - 1) * ring.ch.nchunks); }
+// Received chunks wait in a ring of staging slots, reused in receive order. A sender puts every chunk of its first
+// step on the wire at once and later chunks only as fast as it reduces, so one slot per chunk for each of two
+// steps keeps every receive posted before its data arrives (early data would cost an extra copy), while scratch
+// stays at two blocks whatever the number of ranks.
+size_t ringStageSlots(const Ring& ring) { return std::min<size_t>(ring.n - 1, 2) * ring.ch.nchunks; }
 size_t ringStageBytes(const Ring& ring) { return ringStageSlots(ring) * ring.ch.per * ring.esz; }
 
 ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const ChunkSlice& input,

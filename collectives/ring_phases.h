@@ -47,8 +47,7 @@ void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, cons
                        const std::vector<uint32_t>& ownReady, const std::vector<std::vector<uint32_t>>& notBefore,
                        uint32_t tagBase);
 
-// Staging slots for received chunks (a ring; see ring_phases.cc) and the scratch bytes they need.
-constexpr size_t kRingStageSlots = 8;
+// Scratch bytes for the staging slots of received chunks (see ring_phases.cc).
 size_t ringStageBytes(const Ring& ring);
 
 }  // namespace hetcomm::coll

@@ -26,9 +26,7 @@ constexpr size_t kDirectReadBytes = 32 << 10;
 constexpr size_t kReadBudgetBytes = 8 << 20;
 constexpr size_t kMaxAbortReason = 1024;
 constexpr size_t kMaxIov = 32;
-// Bytes of early-arrived messages a connection holds before it stops reading (a single message larger than this
-// is still taken when nothing else is held, so no message can block forever).
-constexpr size_t kEarlyBudgetBytes = 4 << 20;
+
 
 void finishRequest(Request* req, size_t bytes) {
   req->state = Request::State::kDone;
@@ -112,28 +110,15 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
 }
 
 void TcpConnection::setWantWrite(TcpStream& s, bool want) {
-  if (s.wantWrite == want) return;
-  s.wantWrite = want;
-  updateInterest(s);
-}
-
-void TcpConnection::updateInterest(TcpStream& s) {
-  if (!s.sock.is_open() || s.eof) return;  // an EOF socket left the epoll set for good
+  if (s.wantWrite == want || !s.sock.is_open() || s.eof) return;
   epoll_event ev{};
-  ev.events = (s.stalled ? 0 : EPOLLIN) | (s.wantWrite ? EPOLLOUT : 0);
+  ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
   ev.data.ptr = &s;
-  if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0)
+  if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0) {
     fail(errnoStatus(errno, "tcp: epoll_ctl mod for rank %d", peer_));
-}
-
-void TcpConnection::resumeStalled() {
-  for (auto& s : streams_) {
-    if (!s->stalled || !broken_.ok()) continue;
-    s->stalled = false;
-    updateInterest(*s);
-    // The header that stalled it is already in staging: no epoll event will announce it again.
-    if (parse(*s) && !s->stalled) onReadable(*s);
+    return;
   }
+  s.wantWrite = want;
 }
 
 void TcpConnection::flush(TcpStream& s) {
@@ -178,16 +163,6 @@ void TcpConnection::flush(TcpStream& s) {
 
 void TcpConnection::onWritable(TcpStream& s) { flush(s); }
 
-void TcpConnection::onHangup(TcpStream& s) {
-  s.drainAll = true;
-  if (s.stalled) {
-    s.stalled = false;
-    updateInterest(s);
-    if (!parse(s)) return;
-  }
-  onReadable(s);
-}
-
 void TcpConnection::sendAbort(std::string_view reason) noexcept {
   if (!broken_.ok() || eofStreams_ > 0) return;
   // Only on a socket that is between frames: a frame written into the middle of another would be garbage.
@@ -224,9 +199,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
                                      peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_,
                                      buf.size()));
       if (in.complete) {
-        earlyBytes_ -= in.total;
         inbound_.erase(it);
-        resumeStalled();
       } else {
         in.discard = true;  // still arriving: finishInbound throws it away
       }
@@ -235,9 +208,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
     if (in.complete) {
       if (!buf.empty()) std::memcpy(buf.data(), in.buf.get(), buf.size());
       finishRequest(&req, buf.size());
-      earlyBytes_ -= in.total;
       inbound_.erase(it);
-      resumeStalled();
       return okStatus();
     }
     in.req = &req;  // partly here: lands in in.buf, copied out on completion
@@ -255,8 +226,6 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
   Inbound& in = inbound_[tag];
   in.req = &req;
   in.user = buf;
-  ++postedWaiting_;
-  resumeStalled();
   return okStatus();
 }
 
@@ -265,7 +234,6 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
   if (!in.haveHeader) {
     in.haveHeader = true;
     in.total = h.total;
-    if (in.req) --postedWaiting_;
     if (in.req && in.user.size() == h.total) {
       in.intoUser = true;
     } else {
@@ -278,7 +246,6 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
         in.req = nullptr;
       }
       in.buf.reset(new std::byte[h.total ? h.total : 1]);
-      earlyBytes_ += h.total;
     }
   }
   if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
@@ -300,16 +267,11 @@ void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
 void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
   in.complete = true;
   if (in.discard) {
-    earlyBytes_ -= in.total;
     inbound_.erase(tag);
-    resumeStalled();
     return;
   }
   if (!in.req) return;  // arrived early: waits for its irecv
-  if (!in.intoUser) {
-    if (in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
-    earlyBytes_ -= in.total;
-  }
+  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
   finishRequest(in.req, in.total);
   inbound_.erase(tag);
 }
@@ -336,14 +298,6 @@ bool TcpConnection::parse(TcpStream& s) {
         s.begin += sizeof(h) + h.len;
         fail(peerGone());
         return false;
-      }
-      if (!s.drainAll && postedWaiting_ == 0 && earlyBytes_ > 0 && earlyBytes_ + h.total > kEarlyBudgetBytes) {
-        auto it = inbound_.find(h.tag);
-        if (it == inbound_.end() || (!it->second.req && !it->second.haveHeader)) {
-          s.stalled = true;  // leave the header in staging; resumeStalled() picks it up
-          updateInterest(s);
-          break;
-        }
       }
       s.begin += sizeof(h);
       s.cur = h;
@@ -377,7 +331,7 @@ bool TcpConnection::parse(TcpStream& s) {
 
 void TcpConnection::onReadable(TcpStream& s) {
   size_t budget = kReadBudgetBytes;
-  while (budget > 0 && broken_.ok() && !s.eof && !s.stalled) {
+  while (budget > 0 && broken_.ok() && !s.eof) {
     boost::system::error_code ec;
     size_t n;
     bool direct = false;
@@ -408,7 +362,7 @@ void TcpConnection::onReadable(TcpStream& s) {
       payloadArrived(s.cur, n);
     } else {
       s.end += n;
-      if (!parse(s) || s.stalled) return;
+      if (!parse(s)) return;
     }
   }
 }
@@ -429,11 +383,7 @@ void TcpConnection::streamEof(TcpStream& s) {
       ++it;
       continue;
     }
-    if (it->second.req) {
-      failRequest(it->second.req, gone);
-      if (!it->second.haveHeader) --postedWaiting_;
-    }
-    if (it->second.haveHeader && !it->second.intoUser) earlyBytes_ -= it->second.total;
+    if (it->second.req) failRequest(it->second.req, gone);
     it = inbound_.erase(it);
   }
   for (auto& st : streams_) {
@@ -450,7 +400,6 @@ void TcpConnection::fail(Status why) {
   for (auto& [tag, in] : inbound_)
     if (in.req) failRequest(in.req, why);
   inbound_.clear();
-  earlyBytes_ = postedWaiting_ = 0;
   for (auto& s : streams_) {
     for (auto& seg : s->sendq) failRequest(seg.req, why);
     s->sendq.clear();

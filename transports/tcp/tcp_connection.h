@@ -4,12 +4,11 @@
 // bytes is cut into segments (each carries its offset), spread over the streams by queued bytes, and
 // reassembled by tag on the other side, so large messages use every socket at once. The receive side reads
 // payload straight into the posted buffer when the receive was posted before the data came; otherwise into a
-// buffer of its own, copied out when the receive is posted. Early arrivals are bounded per connection: past the
-// budget a socket is not read until a receive is posted, so the data waits in the kernel and TCP's flow control
-// slows the sender (as NCCL's posted-buffer protocol does) instead of costing an extra copy and memory. A socket
-// stalls only while every posted receive has already begun to arrive: a sender queues all segments of a message
-// on a socket before any segment of a later one, so nothing posted can then sit behind the stalled header, and
-// matching stays free of head-of-line blocking.
+// buffer of its own, copied out when the receive is posted. The receiver always reads: it never leaves data in
+// the kernel waiting for a receive, because a rank only posts the next operation's receives once its own sends
+// have drained, and a receiver that stopped reading could close that loop into a deadlock across the ring (seen
+// with pipelined operations on streams). Early data therefore costs one extra copy; schedules post receives
+// early to keep it rare.
 //
 // Threading: only the progress engine thread calls a connection (and the transport's progress()).
 #pragma once
@@ -69,8 +68,6 @@ struct TcpStream {
   FrameHeader cur;
   size_t curDone = 0;  // payload bytes of cur consumed
   bool eof = false;
-  bool stalled = false;  // the next message has no receive and the early-arrival budget is spent: not reading
-  bool drainAll = false;  // the peer hung up: read everything regardless of the budget, to reach the EOF
 };
 
 class TcpConnection final : public Connection {
@@ -89,8 +86,7 @@ class TcpConnection final : public Connection {
   // Called by the transport's progress() for a ready socket.
   void onReadable(TcpStream& s);
   void onWritable(TcpStream& s);
-  // epoll reports a hang-up or error even for a stalled socket: stop stalling it, or the report repeats forever.
-  void onHangup(TcpStream& s);
+
 
  private:
   // A message being received, keyed by tag: created by irecv (posted) or by its first segment (unexpected).
@@ -109,9 +105,7 @@ class TcpConnection final : public Connection {
 
   void flush(TcpStream& s);
   void setWantWrite(TcpStream& s, bool want);
-  void updateInterest(TcpStream& s);
-  // A receive was posted or early-arrival memory freed: stalled streams may go on.
-  void resumeStalled();
+
   // Parses staged bytes; returns false when the stream's data is garbage (connection failed).
   bool parse(TcpStream& s);
   Inbound* beginSegment(const FrameHeader& h);
@@ -129,8 +123,7 @@ class TcpConnection final : public Connection {
   std::unordered_map<uint64_t, Inbound> inbound_;
   Status broken_;  // once set, every new request fails with it
   size_t eofStreams_ = 0;
-  size_t earlyBytes_ = 0;     // held for messages that arrived before their receive
-  size_t postedWaiting_ = 0;  // posted receives whose message has not begun to arrive
+
   std::string abortReason_;  // reassembled abort frame payload
 };
 

@@ -417,8 +417,7 @@ Status TcpTransport::progress() {
   for (int i = 0; i < n; ++i) {
     auto* s = static_cast<TcpStream*>(evs[i].data.ptr);
     if (!s->sock.is_open() || s->eof) continue;
-    if (evs[i].events & (EPOLLHUP | EPOLLERR)) s->owner->onHangup(*s);
-    else if (evs[i].events & EPOLLIN) s->owner->onReadable(*s);
+    if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) s->owner->onReadable(*s);
     if (s->sock.is_open() && (evs[i].events & EPOLLOUT)) s->owner->onWritable(*s);
   }
   return okStatus();
