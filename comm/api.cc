@@ -37,6 +37,7 @@ HC_PARAM_INT(timeoutParam, "TIMEOUT", 300)
 namespace {
 
 thread_local std::string tLastError;
+thread_local int tApiRank = -1;  // the rank of the communicator the current call named, for its log lines
 
 // ---- live handles: a destroyed or made-up handle is refused, not dereferenced ----
 std::mutex gHandlesMu;
@@ -59,8 +60,10 @@ hetcommResult_t toResult(Code c) { return static_cast<hetcommResult_t>(static_ca
 
 template <class F>
 hetcommResult_t guard(const char* fn, F&& body) {
+  tApiRank = -1;
   try {
     Status st = body();
+    log::ScopedRank scope(tApiRank);
     if (st.ok()) return hetcommSuccess;
     if (st.code() != Code::kInProgress) {
       tLastError = std::string(fn) + ": " + std::string(st.message());
@@ -82,7 +85,9 @@ Result<Communicator*> liveComm(hetcommComm_t handle, const char* what = "comm") 
   if (!handle) return invalidArgument("%s is NULL", what);
   if (!isLiveComm(handle)) return invalidUsage("%s %p is not a live communicator (destroyed or never created)", what,
                                                static_cast<void*>(handle));
-  return reinterpret_cast<Communicator*>(handle);
+  auto* c = reinterpret_cast<Communicator*>(handle);
+  tApiRank = c->rank();
+  return c;
 }
 
 // A communicator that can take operations now.
