@@ -29,7 +29,10 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 
 HC_PARAM_STR(socketIfname, "SOCKET_IFNAME", "")
-HC_PARAM_INT(nsocksPerPeer, "NSOCKS_PERPEER", 2)
+// 0: automatic. One socket to a peer on this host (a loopback stream is bound by the kernel's copies, and more
+// streams only contend for the same cores); two to a remote peer, where one flow rarely fills a NIC.
+HC_PARAM_INT(nsocksPerPeer, "NSOCKS_PERPEER", 0)
+constexpr int kLocalSockets = 1, kRemoteSockets = 2;
 
 namespace {
 
@@ -117,7 +120,8 @@ std::span<uint8_t> bytesOf(T& v) {
   return {reinterpret_cast<uint8_t*>(&v), sizeof(T)};
 }
 
-asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info, std::vector<std::string> addrs) {
+asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, PeerInfo info,
+                              std::vector<std::string> addrs) {
   const Config& cfg = st.cfg;
   std::string lastError = "no address to try";
   std::string refusal;  // a peer that answered but refused says more than an address that did not answer
@@ -151,7 +155,7 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, PeerInfo info
     Reply reply;
     reply.rank = static_cast<uint32_t>(cfg.rank);
     reply.sockIdx = static_cast<uint32_t>(idx);
-    reply.nsocks = static_cast<uint32_t>(st.nsocks);
+    reply.nsocks = static_cast<uint32_t>(nsocks);
     reply.commId = cfg.commId;
     if (Status s = crypto::randomBytes(reply.nonce); !s.ok()) {
       st.error = s;
@@ -291,8 +295,9 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const Config& config)
   const std::string& spec = socketIfname();
   HC_ASSIGN_OR_RETURN(auto ifaces, selectInterfaces(spec));
   int64_t nsocks = nsocksPerPeer();
-  if (nsocks < 1 || nsocks > kMaxSockets)
-    return invalidArgument("HETCOMM_NSOCKS_PERPEER=%lld is out of range 1..%d", (long long)nsocks, kMaxSockets);
+  if (nsocks < 0 || nsocks > kMaxSockets)
+    return invalidArgument("HETCOMM_NSOCKS_PERPEER=%lld is out of range 1..%d (0: automatic)", (long long)nsocks,
+                           kMaxSockets);
   int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) return errnoStatus(errno, "tcp: epoll_create1");
   return std::unique_ptr<TcpTransport>(
@@ -345,7 +350,8 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   st.socks.resize(n);
   for (auto& v : st.socks) v.resize(kMaxSockets);
 
-  // Lower rank dials; the higher accepts.
+  // Lower rank dials (and picks the socket count); the higher accepts.
+  std::vector<int> dialCount(n, 0);
   for (int p = 0; p < n; ++p) {
     if (p == me || blobs[p].empty()) continue;
     if (p < me) {
@@ -354,12 +360,14 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
     }
     HC_ASSIGN_OR_RETURN(PeerInfo info, decodeBlob(blobs[p], p));
     std::vector<std::string> addrs;
-    if (info.host == config_.hostId && !ifnameForced_) addrs.push_back("127.0.0.1");
+    const bool sameHost = info.host == config_.hostId;
+    if (sameHost && !ifnameForced_) addrs.push_back("127.0.0.1");
     for (const auto& a : info.addrs)
       if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
-    for (int k = 0; k < nsocks_; ++k) {
+    dialCount[p] = nsocks_ > 0 ? nsocks_ : sameHost ? kLocalSockets : kRemoteSockets;
+    for (int k = 0; k < dialCount[p]; ++k) {
       ++st.dialsLeft;
-      asio::co_spawn(io, dialOne(st, p, k, info, addrs), asio::detached);
+      asio::co_spawn(io, dialOne(st, p, k, dialCount[p], info, addrs), asio::detached);
     }
   }
   boost::system::error_code ec;
@@ -376,7 +384,7 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
       for (int p = 0; p < n; ++p) {
         bool ok = p == me || blobs[p].empty() ||
                   (p < me ? st.expectFrom[p] > 0 && st.gotFrom[p] == st.expectFrom[p]
-                          : std::all_of(st.socks[p].begin(), st.socks[p].begin() + nsocks_,
+                          : std::all_of(st.socks[p].begin(), st.socks[p].begin() + dialCount[p],
                                         [](const auto& s) { return s.has_value(); }));
         if (!ok) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       }
@@ -391,7 +399,7 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   std::vector<std::unique_ptr<Connection>> conns(n);
   for (int p = 0; p < n; ++p) {
     if (p == me || blobs[p].empty()) continue;
-    int count = p < me ? st.expectFrom[p] : nsocks_;
+    int count = p < me ? st.expectFrom[p] : dialCount[p];
     std::vector<tcp::socket> socks;
     for (int k = 0; k < count; ++k) {
       tcp::socket& s = *st.socks[p][k];

@@ -6,7 +6,8 @@
 // epoll set of its sockets and exposes that epoll fd as waitFd().
 //
 // Parameters: HETCOMM_SOCKET_IFNAME picks interfaces (prefixes; "^" excludes, "=" matches exactly, e.g.
-// "=eth1" or "^docker,lo"); HETCOMM_NSOCKS_PERPEER sockets per peer (default 2, at most 16).
+// "=eth1" or "^docker,lo"); HETCOMM_NSOCKS_PERPEER sockets per peer (default: 1 on this host, 2 to other hosts;
+// at most 16).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -50,7 +51,7 @@ class TcpTransport final : public Transport {
   Config config_;
   Properties props_;
   std::vector<Interface> ifaces_;
-  int nsocks_;
+  int nsocks_;  // 0: automatic per peer
   int epollFd_;
   bool ifnameForced_;
   boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)

@@ -192,8 +192,9 @@ TEST(TcpConnect, TwoRanks) {
   EXPECT_EQ(g.t[0]->properties().name, "tcp");
   EXPECT_GE(g.t[0]->waitFd(), 0);
   std::string d = g.conn(0, 1).describe();
-  EXPECT_EQ(d.rfind("r0->r1/tcp(2 sockets via ", 0), 0u) << d;  // default HETCOMM_NSOCKS_PERPEER = 2
-  EXPECT_EQ(g.conn(1, 0).describe().rfind("r1->r0/tcp(2 sockets", 0), 0u) << g.conn(1, 0).describe();
+  // Default: one socket to a peer on the same host (the test's transports share a host id).
+  EXPECT_EQ(d.rfind("r0->r1/tcp(1 socket via ", 0), 0u) << d;
+  EXPECT_EQ(g.conn(1, 0).describe().rfind("r1->r0/tcp(1 socket", 0), 0u) << g.conn(1, 0).describe();
 }
 
 TEST(TcpConnect, ThreeRanks) {
@@ -724,7 +725,7 @@ TEST(TcpStripingChild, Run) {
   const char* nsocksEnv = std::getenv("HETCOMM_NSOCKS_PERPEER");
   ASSERT_NE(nsocksEnv, nullptr);
   const int nsocks = std::atoi(nsocksEnv);
-  if (nsocks < 1 || nsocks > 16) {
+  if (nsocks < 0 || nsocks > 16) {
     auto tr = TcpTransport::create(configFor(0, 2, secretOf(1), 1));
     ASSERT_FALSE(tr);
     EXPECT_EQ(tr.error().code(), Code::kInvalidArgument);
@@ -733,7 +734,8 @@ TEST(TcpStripingChild, Run) {
   } else {
     Group g;
     ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
-    const std::string want = format("(%d socket%s via ", nsocks, nsocks == 1 ? "" : "s");
+    const int expected = nsocks == 0 ? 1 : nsocks;  // automatic: all three ranks share the test's host id
+    const std::string want = format("(%d socket%s via ", expected, expected == 1 ? "" : "s");
     for (int a = 0; a < 3; ++a)
       for (int b = 0; b < 3; ++b)
         if (a != b) {
@@ -790,8 +792,11 @@ TEST(TcpStriping, FourSocketsPerPeer) { expectChildPasses("4"); }
 TEST(TcpStriping, OneSocketPerPeer) { expectChildPasses("1"); }
 TEST(TcpStriping, OutOfRangeSocketCountIsRejected) {
   expectChildPasses("17");
-  expectChildPasses("0");
+  expectChildPasses("-1");
 }
+
+// 0 is "automatic": one socket between ranks of one host, two between hosts.
+TEST(TcpStriping, AutomaticPicksOneSocketOnOneHost) { expectChildPasses("0"); }
 
 }  // namespace
 }  // namespace hetcomm::transport::tcp
