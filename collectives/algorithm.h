@@ -24,6 +24,9 @@ class Algorithm {
 
 std::span<const Algorithm* const> allAlgorithms();
 
+// The link the cost model assumes until the topology's link matrix feeds it (10 GbE class).
+constexpr double kNominalAlphaUs = 20, kNominalBwGBps = 1.25;
+
 // The algorithm for this call: forced (a name from HETCOMM_ALGO, empty for automatic) or the cheapest.
 Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced);
 

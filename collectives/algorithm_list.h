@@ -15,8 +15,8 @@ const Algorithm& directSendRecv();
 
 // Shared by the planners: a copy step unless source and destination are the same bytes of the same buffer.
 inline void copyUnlessSame(Schedule& s, Slice dst, Slice src, bool inPlace, std::vector<uint32_t>* out = nullptr) {
-  bool same = inPlace && dst.offset == src.offset && ((dst.buf == Buf::kRecv && src.buf == Buf::kSend) ||
-                                                      (dst.buf == Buf::kSend && src.buf == Buf::kRecv));
+  bool same = inPlace && dst.offset == src.offset &&
+              ((dst.buf == Buf::kRecv && src.buf == Buf::kSend) || (dst.buf == Buf::kSend && src.buf == Buf::kRecv));
   if (same || dst.bytes == 0) return;
   uint32_t id = s.copy(dst, src);
   if (out) out->push_back(id);

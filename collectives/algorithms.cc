@@ -10,15 +10,13 @@ namespace hetcomm::coll {
 
 std::span<const Algorithm* const> allAlgorithms() {
   static const Algorithm* const table[] = {
-      &ringAllReduce(),  &ringReduceScatter(), &ringAllGather(),  &chainBroadcast(),
-      &chainReduce(),    &pairwiseAlltoAll(),  &directSendRecv(),
+      &ringAllReduce(), &ringReduceScatter(), &ringAllGather(),  &chainBroadcast(),
+      &chainReduce(),   &pairwiseAlltoAll(),  &directSendRecv(),
   };
   return table;
 }
 
 Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
-  // Nominal link until the topology's link matrix feeds the model: 20 us, 1.25 GB/s.
-  constexpr double kAlphaUs = 20, kBwGBps = 1.25;
   const Algorithm* best = nullptr;
   double bestUs = std::numeric_limits<double>::infinity();
   bool forcedExists = forced.empty();
@@ -26,7 +24,7 @@ Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& grou
     if (a->name() == forced) forcedExists = true;
     if (!a->supports(args, group)) continue;
     if (!forced.empty() && a->name() == forced) return a;
-    double us = a->estimateUs(args, group, kAlphaUs, kBwGBps);
+    double us = a->estimateUs(args, group, kNominalAlphaUs, kNominalBwGBps);
     if (us < bestUs) {
       bestUs = us;
       best = a;

@@ -5,8 +5,12 @@
 namespace hetcomm::coll {
 
 Ring::Ring(const GroupView& g, size_t count, kernels::DataType dtype)
-    : n(g.nranks), r(g.rank), next((g.rank + 1) % g.nranks), prev((g.rank + g.nranks - 1) % g.nranks),
-      esz(kernels::sizeOf(dtype)), blocks(evenBlocks(count, g.nranks)),
+    : n(g.nranks),
+      r(g.rank),
+      next((g.rank + 1) % g.nranks),
+      prev((g.rank + g.nranks - 1) % g.nranks),
+      esz(kernels::sizeOf(dtype)),
+      blocks(evenBlocks(count, g.nranks)),
       ch(chunkingFor(blocks.maxCount, kernels::sizeOf(dtype), g.chunkBytes)) {}
 
 Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {

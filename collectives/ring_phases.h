@@ -31,8 +31,8 @@ using ChunkSlice = std::function<Slice(int block, size_t c)>;
 using StepChunkSlice = std::function<Slice(int step, int block, size_t c)>;
 
 struct ReduceScatterSteps {
-  std::vector<uint32_t> done;                  // per chunk: the step that leaves block r final (reduce or divide)
-  std::vector<std::vector<uint32_t>> sends;    // [k][c]
+  std::vector<uint32_t> done;                // per chunk: the step that leaves block r final (reduce or divide)
+  std::vector<std::vector<uint32_t>> sends;  // [k][c]
 };
 
 // input(b, c): this rank's contribution; acc(k, b, c): partial sum written by step k < n-2; out(c): the final

@@ -69,7 +69,8 @@ std::string Schedule::validate(size_t sendBytes, size_t recvBytes) const {
         break;
       case Step::Op::kReduce:
         if (!fits(s.src) || !fits(s.src2) || !fits(s.dst)) return format("step %zu: reduce slice out of bounds", i);
-        if (s.src.bytes != s.dst.bytes || s.src2.bytes != s.dst.bytes) return format("step %zu: reduce sizes differ", i);
+        if (s.src.bytes != s.dst.bytes || s.src2.bytes != s.dst.bytes)
+          return format("step %zu: reduce sizes differ", i);
         break;
       case Step::Op::kCopy:
         if (!fits(s.src) || !fits(s.dst) || s.src.bytes != s.dst.bytes) return format("step %zu: bad copy", i);
@@ -78,8 +79,7 @@ std::string Schedule::validate(size_t sendBytes, size_t recvBytes) const {
         if (!fits(s.dst)) return format("step %zu: divide slice out of bounds", i);
         break;
     }
-    if ((s.op == Step::Op::kSend || s.op == Step::Op::kRecv) && s.peer < 0)
-      return format("step %zu: no peer", i);
+    if ((s.op == Step::Op::kSend || s.op == Step::Op::kRecv) && s.peer < 0) return format("step %zu: no peer", i);
   }
   return {};
 }

@@ -53,7 +53,7 @@ struct Schedule {
   size_t scratchBytes = 0;
   kernels::DataType dtype = kernels::DataType::kFloat32;
   kernels::RedOp op = kernels::RedOp::kSum;
-  int nranks = 1;  // for kDivide
+  int nranks = 1;        // for kDivide
   bool p2pTags = false;  // tags are per-peer message numbers, not step numbers (point-to-point groups)
 
   uint32_t add(const Step& s) {

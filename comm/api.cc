@@ -38,6 +38,14 @@ namespace {
 
 thread_local std::string tLastError;
 thread_local int tApiRank = -1;  // the rank of the communicator the current call named, for its log lines
+// The error the current call returns is a communicator's sticky error, which the communicator logged when it
+// decided it: the boundary must not log it again.
+thread_local bool tErrorLogged = false;
+
+Status alreadyLogged(Status st) {
+  if (!st.ok()) tErrorLogged = true;
+  return st;
+}
 
 // ---- live handles: a destroyed or made-up handle is refused, not dereferenced ----
 std::mutex gHandlesMu;
@@ -61,6 +69,7 @@ hetcommResult_t toResult(Code c) { return static_cast<hetcommResult_t>(static_ca
 template <class F>
 hetcommResult_t guard(const char* fn, F&& body) {
   tApiRank = -1;
+  tErrorLogged = false;
   try {
     Status st = body();
     log::ScopedRank scope(tApiRank);
@@ -69,7 +78,8 @@ hetcommResult_t guard(const char* fn, F&& body) {
       tLastError = std::string(fn) + ": " + std::string(st.message());
       // Operation failures are logged once where they were decided (the communicator); argument and usage errors
       // are decided here.
-      if (st.code() == Code::kInvalidArgument || st.code() == Code::kInvalidUsage) HC_WARN("%s", tLastError.c_str());
+      if (!tErrorLogged && (st.code() == Code::kInvalidArgument || st.code() == Code::kInvalidUsage))
+        HC_WARN("%s", tLastError.c_str());
     }
     return toResult(st.code());
   } catch (const std::exception& e) {
@@ -83,8 +93,9 @@ hetcommResult_t guard(const char* fn, F&& body) {
 
 Result<Communicator*> liveComm(hetcommComm_t handle, const char* what = "comm") {
   if (!handle) return invalidArgument("%s is NULL", what);
-  if (!isLiveComm(handle)) return invalidUsage("%s %p is not a live communicator (destroyed or never created)", what,
-                                               static_cast<void*>(handle));
+  if (!isLiveComm(handle))
+    return invalidUsage("%s %p is not a live communicator (destroyed or never created)", what,
+                        static_cast<void*>(handle));
   auto* c = reinterpret_cast<Communicator*>(handle);
   tApiRank = c->rank();
   return c;
@@ -96,11 +107,14 @@ Result<Communicator*> readyComm(hetcommComm_t handle) {
   switch (c->state()) {
     case Communicator::kInitializing:
       return invalidUsage("the communicator is still initializing; poll hetcommCommGetAsyncError until success");
-    case Communicator::kInitFailed: return c->initError;
-    case Communicator::kFinalized: return invalidUsage("the communicator was finalized");
-    case Communicator::kReady: break;
+    case Communicator::kInitFailed:
+      return c->initError;
+    case Communicator::kFinalized:
+      return invalidUsage("the communicator was finalized");
+    case Communicator::kReady:
+      break;
   }
-  HC_TRY(c->asyncError());
+  HC_TRY(alreadyLogged(c->asyncError()));
   return c;
 }
 
@@ -147,7 +161,7 @@ Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
     op->after = s->last;
     s->last = op;
   }
-  Status st = c->enqueue(op);
+  Status st = alreadyLogged(c->enqueue(op));
   if (!st.ok()) {  // never queued: mark it finished so the stream does not wait on it
     op->error = st;
     op->state.store(Op::kFailed, std::memory_order_release);
@@ -157,7 +171,7 @@ Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
 
 Status waitOp(const std::shared_ptr<Op>& op) {
   Engine::get().waitUntil([&] { return op->finished(); });
-  return op->error;
+  return alreadyLogged(op->error);
 }
 
 Status pairSelf(const Op& op, int me);
@@ -179,8 +193,8 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
                   hetcommRedOp_t redop, int root, hetcommComm_t comm, hetcommStream_t stream) {
   HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
   HC_TRY(checkType(dtype));
-  const bool reduces = kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kReduce ||
-                       kind == coll::CollKind::kReduceScatter;
+  const bool reduces =
+      kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kReduce || kind == coll::CollKind::kReduceScatter;
   if (reduces) HC_TRY(checkOp(redop));
   const bool rooted = kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce;
   if (rooted) HC_TRY(checkRank(root, c->nranks(), "root"));
@@ -203,9 +217,15 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
   const auto* sb = static_cast<const std::byte*>(send);
   const auto* rb = static_cast<const std::byte*>(recv);
   switch (kind) {
-    case coll::CollKind::kAllGather: op->args.inPlace = sb && sb == rb + me * count * esz; break;
-    case coll::CollKind::kReduceScatter: op->args.inPlace = rb && rb == sb + me * count * esz; break;
-    default: op->args.inPlace = sb && sb == rb; break;
+    case coll::CollKind::kAllGather:
+      op->args.inPlace = sb && sb == rb + me * count * esz;
+      break;
+    case coll::CollKind::kReduceScatter:
+      op->args.inPlace = rb && rb == sb + me * count * esz;
+      break;
+    default:
+      op->args.inPlace = sb && sb == rb;
+      break;
   }
   op->send = send;
   op->recv = recv;
@@ -296,7 +316,8 @@ Status groupEnd() {
 Result<CommOptions> optionsFrom(const hetcommConfig_t* config) {
   CommOptions o;
   o.timeoutSec = static_cast<double>(timeoutParam());
-  if (o.timeoutSec <= 0) return invalidArgument("HETCOMM_TIMEOUT=%g must be a positive number of seconds", o.timeoutSec);
+  if (o.timeoutSec <= 0)
+    return invalidArgument("HETCOMM_TIMEOUT=%g must be a positive number of seconds", o.timeoutSec);
   if (!config) return o;
   if (config->magic != HETCOMM_CONFIG_MAGIC || config->size != sizeof(hetcommConfig_t))
     return invalidArgument("config was not initialised with HETCOMM_CONFIG_INITIALIZER");
@@ -448,16 +469,26 @@ hetcommResult_t hetcommGetVersion(int* version) {
 
 const char* hetcommGetErrorString(hetcommResult_t r) {
   switch (r) {
-    case hetcommSuccess: return "no error";
-    case hetcommUnhandledError: return "unhandled error";
-    case hetcommSystemError: return "unhandled system error (run with HETCOMM_DEBUG=INFO for details)";
-    case hetcommInternalError: return "internal error - please report this issue to the hetcomm developers";
-    case hetcommInvalidArgument: return "invalid argument (run with HETCOMM_DEBUG=WARN for details)";
-    case hetcommInvalidUsage: return "invalid usage (run with HETCOMM_DEBUG=WARN for details)";
-    case hetcommRemoteError: return "remote process exited or there was a network error";
-    case hetcommInProgress: return "operation in progress";
-    case hetcommTimeout: return "operation timed out (HETCOMM_TIMEOUT)";
-    default: return "unknown result code";
+    case hetcommSuccess:
+      return "no error";
+    case hetcommUnhandledError:
+      return "unhandled error";
+    case hetcommSystemError:
+      return "unhandled system error (run with HETCOMM_DEBUG=INFO for details)";
+    case hetcommInternalError:
+      return "internal error - please report this issue to the hetcomm developers";
+    case hetcommInvalidArgument:
+      return "invalid argument (run with HETCOMM_DEBUG=WARN for details)";
+    case hetcommInvalidUsage:
+      return "invalid usage (run with HETCOMM_DEBUG=WARN for details)";
+    case hetcommRemoteError:
+      return "remote process exited or there was a network error";
+    case hetcommInProgress:
+      return "operation in progress";
+    case hetcommTimeout:
+      return "operation timed out (HETCOMM_TIMEOUT)";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -548,9 +579,14 @@ hetcommResult_t hetcommCommGetAsyncError(hetcommComm_t comm, hetcommResult_t* as
     if (!asyncError) return hetcomm::invalidArgument("asyncError is NULL");
     HC_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
     switch (c->state()) {
-      case Communicator::kInitializing: *asyncError = hetcommInProgress; break;
-      case Communicator::kInitFailed: *asyncError = toResult(c->initError.code()); break;
-      default: *asyncError = toResult(c->asyncError().code());
+      case Communicator::kInitializing:
+        *asyncError = hetcommInProgress;
+        break;
+      case Communicator::kInitFailed:
+        *asyncError = toResult(c->initError.code());
+        break;
+      default:
+        *asyncError = toResult(c->asyncError().code());
     }
     return hetcomm::okStatus();
   });
@@ -598,14 +634,12 @@ hetcommResult_t hetcommReduce(const void* sendbuff, void* recvbuff, size_t count
 hetcommResult_t hetcommAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hetcommDataType_t datatype,
                                  hetcommComm_t comm, hetcommStream_t stream) {
   return guard("hetcommAllGather", [&] {
-    return collective(coll::CollKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, hetcommSum, 0, comm,
-                      stream);
+    return collective(coll::CollKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, hetcommSum, 0, comm, stream);
   });
 }
 
-hetcommResult_t hetcommReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                     hetcommDataType_t datatype, hetcommRedOp_t op, hetcommComm_t comm,
-                                     hetcommStream_t stream) {
+hetcommResult_t hetcommReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, hetcommDataType_t datatype,
+                                     hetcommRedOp_t op, hetcommComm_t comm, hetcommStream_t stream) {
   return guard("hetcommReduceScatter", [&] {
     return collective(coll::CollKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm, stream);
   });
@@ -661,7 +695,7 @@ Status syncStream(Stream* s) {
   std::lock_guard<std::mutex> lock(s->mu);
   Status st = s->firstError;
   s->firstError = Status();
-  return st;
+  return alreadyLogged(st);
 }
 }  // namespace
 

@@ -158,9 +158,29 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
             transport_->properties().name.c_str(), humanBytes(chunkBytes_).c_str(),
             forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
   for (int p = 0; p < nranks_; ++p)
-    if (conns_[p]) HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
-                            conns_[p]->describe().c_str());
+    if (conns_[p])
+      HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
+               conns_[p]->describe().c_str());
+  if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
+}
+
+// One INFO line per collective: the algorithm the selection picks, with its predicted time, at a few sizes.
+void Communicator::logAlgorithmTable() const {
+  coll::GroupView g{rank_, nranks_, chunkBytes_};
+  for (int k = 0; k <= static_cast<int>(coll::CollKind::kAlltoAll); ++k) {
+    std::string line;
+    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{64} << 20}) {
+      coll::Args a;
+      a.kind = static_cast<coll::CollKind>(k);
+      a.count = bytes / 4;
+      auto algo = coll::selectAlgorithm(a, g, forcedAlgo_);
+      if (!algo) continue;
+      line += format("  %s: %.*s ~%.0f us", humanBytes(bytes).c_str(), (int)(*algo)->name().size(),
+                     (*algo)->name().data(), (*algo)->estimateUs(a, g, coll::kNominalAlphaUs, coll::kNominalBwGBps));
+    }
+    HC_INFO(Coll, "algorithm %-13s%s", coll::name(static_cast<coll::CollKind>(k)), line.c_str());
+  }
 }
 
 Status Communicator::split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out) {
@@ -285,10 +305,11 @@ Status Communicator::checkDescriptor(const Op& mine, std::span<const std::byte> 
   if (d.kind > static_cast<uint8_t>(coll::CollKind::kSendRecv) || d.dtype >= kernels::kNumDataTypes ||
       d.op >= kernels::kNumRedOps)
     return remoteError("rank %d sent a garbled operation descriptor", from);
-  return invalidUsage("collective mismatch at operation #%llu: rank %d called %s but rank %d called %s (operation "
-                      "#%llu there)",
-                      (unsigned long long)m.seq, rank_, mine.args.describe().c_str(), from,
-                      argsOf(d).describe().c_str(), (unsigned long long)d.seq);
+  return invalidUsage(
+      "collective mismatch at operation #%llu: rank %d called %s but rank %d called %s (operation "
+      "#%llu there)",
+      (unsigned long long)m.seq, rank_, mine.args.describe().c_str(), from, argsOf(d).describe().c_str(),
+      (unsigned long long)d.seq);
 }
 
 Status Communicator::startOp(const std::shared_ptr<Op>& op) {

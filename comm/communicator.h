@@ -76,6 +76,7 @@ class Communicator {
  private:
   bool idle();
   void setBusy(bool busy);
+  void logAlgorithmTable() const;
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);
@@ -101,7 +102,7 @@ class Communicator {
   // Queue (API threads push, engine pops).
   std::mutex mu_;
   std::deque<std::shared_ptr<Op>> queue_;
-  Status error_;  // sticky, under mu_
+  Status error_;       // sticky, under mu_
   bool busy_ = false;  // an op is running (under mu_): idle() must not see an empty queue as done
   std::atomic<bool> failed_{false};
   uint64_t collSeq_ = 0;

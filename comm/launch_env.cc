@@ -30,8 +30,8 @@ Result<uint16_t> portVar(const char* name) {
 // Every rank of one job sees the same values here, and other jobs see different ones.
 crypto::Secret deriveSecret(const std::string& addr, uint16_t port) {
   std::string ident = addr + ":" + std::to_string(port);
-  for (const char* name : {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE",
-                           "SLURM_JOB_ID", "SLURM_STEP_ID"})
+  for (const char* name : {"TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+                           "PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID"})
     if (auto v = env(name)) ident += std::string("|") + name + "=" + *v;
   std::vector<uint8_t> bytes(ident.begin(), ident.end());
   static const uint8_t label[] = "hetcomm-derived-secret";
@@ -42,8 +42,10 @@ crypto::Secret deriveSecret(const std::string& addr, uint16_t port) {
 }
 
 Status fillAddress(LaunchEnv& e, const char* fallbackAddr, const char* fallbackPort, int portOffset) {
-  if (auto a = env("HETCOMM_MASTER_ADDR")) e.masterAddr = *a;
-  else if (fallbackAddr && env(fallbackAddr)) e.masterAddr = *env(fallbackAddr);
+  if (auto a = env("HETCOMM_MASTER_ADDR"))
+    e.masterAddr = *a;
+  else if (fallbackAddr && env(fallbackAddr))
+    e.masterAddr = *env(fallbackAddr);
   else
     return invalidArgument("%s: set HETCOMM_MASTER_ADDR (or MASTER_ADDR) to the address of the host of rank 0",
                            e.launcher.c_str());
@@ -51,7 +53,8 @@ Status fillAddress(LaunchEnv& e, const char* fallbackAddr, const char* fallbackP
     HC_ASSIGN_OR_RETURN(e.masterPort, portVar("HETCOMM_MASTER_PORT"));
   } else if (fallbackPort && env(fallbackPort)) {
     HC_ASSIGN_OR_RETURN(uint16_t p, portVar(fallbackPort));
-    if (p + portOffset > 65535) return invalidArgument("%s=%u leaves no room for hetcomm's store port", fallbackPort, p);
+    if (p + portOffset > 65535)
+      return invalidArgument("%s=%u leaves no room for hetcomm's store port", fallbackPort, p);
     e.masterPort = static_cast<uint16_t>(p + portOffset);
   } else {
     e.masterPort = kDefaultMasterPort;

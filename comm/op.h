@@ -23,9 +23,9 @@ struct Op {
   void* recv = nullptr;
   std::vector<std::byte*> extras;  // point-to-point groups: operation i's buffer
   Communicator* comm = nullptr;
-  Stream* stream = nullptr;        // nullptr: the caller waits for it
-  std::shared_ptr<Op> after;       // the previous op of the same stream: runs first
-  uint64_t seq = 0;                // collective sequence number on comm (0 for point-to-point)
+  Stream* stream = nullptr;   // nullptr: the caller waits for it
+  std::shared_ptr<Op> after;  // the previous op of the same stream: runs first
+  uint64_t seq = 0;           // collective sequence number on comm (0 for point-to-point)
 
   std::atomic<int> state{kQueued};
   Status error;  // written before state becomes kFailed

@@ -25,7 +25,7 @@ struct SubsysName {
   uint32_t bit;
 };
 constexpr SubsysName kSubsysNames[] = {
-    {"INIT", kInit}, {"BOOT", kBoot}, {"NET", kNet},   {"SHM", kShm},     {"UCX", kUcx}, {"IB", kIb},
+    {"INIT", kInit}, {"BOOT", kBoot}, {"NET", kNet},     {"SHM", kShm}, {"UCX", kUcx},   {"IB", kIb},
     {"TOPO", kTopo}, {"COLL", kColl}, {"ALLOC", kAlloc}, {"ENV", kEnv}, {"CALL", kCall}, {"ALL", kAll},
 };
 
@@ -57,7 +57,8 @@ uint32_t parseSubsys(const char* s) {
         found = true;
       }
     }
-    if (!found && !tok.empty()) std::fprintf(stderr, "hetcomm: HETCOMM_DEBUG_SUBSYS: unknown subsystem '%s'\n", tok.c_str());
+    if (!found && !tok.empty())
+      std::fprintf(stderr, "hetcomm: HETCOMM_DEBUG_SUBSYS: unknown subsystem '%s'\n", tok.c_str());
   }
   return invert ? ~mask : mask;
 }
@@ -97,10 +98,14 @@ void initLocked() {
 
 const char* levelName(Level l) {
   switch (l) {
-    case kWarn: return "WARN";
-    case kInfo: return "INFO";
-    case kTrace: return "TRACE";
-    default: return "";
+    case kWarn:
+      return "WARN";
+    case kInfo:
+      return "INFO";
+    case kTrace:
+      return "TRACE";
+    default:
+      return "";
   }
 }
 

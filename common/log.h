@@ -73,8 +73,8 @@ void reinitForTest();
 
 }  // namespace hetcomm::log
 
-#define HC_LOG_AT(level, subsys, ...)                                                   \
-  do {                                                                                  \
+#define HC_LOG_AT(level, subsys, ...)                                                              \
+  do {                                                                                             \
     if (::hetcomm::log::enabled(level, subsys)) ::hetcomm::log::write(level, subsys, __VA_ARGS__); \
   } while (0)
 #define HC_WARN(...) HC_LOG_AT(::hetcomm::log::kWarn, ::hetcomm::log::kAll, __VA_ARGS__)
@@ -82,9 +82,10 @@ void reinitForTest();
 #define HC_TRACE(SUBSYS, ...) HC_LOG_AT(::hetcomm::log::kTrace, ::hetcomm::log::k##SUBSYS, __VA_ARGS__)
 
 // Invariants (never user input): abort with file:line.
-#define HC_CHECK(cond)                                                                   \
-  do {                                                                                   \
-    if (!(cond)) [[unlikely]] ::hetcomm::log::checkFailed(#cond, __FILE__, __LINE__);     \
+#define HC_CHECK(cond)                                        \
+  do {                                                        \
+    if (!(cond)) [[unlikely]]                                 \
+      ::hetcomm::log::checkFailed(#cond, __FILE__, __LINE__); \
   } while (0)
 #ifdef NDEBUG
 #define HC_DCHECK(cond) \

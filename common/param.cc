@@ -22,10 +22,20 @@ std::optional<int64_t> parseInt(const std::string& text) {
   int64_t mult = 1;
   if (*end) {
     switch (*end) {
-      case 'k': case 'K': mult = 1ll << 10; break;
-      case 'm': case 'M': mult = 1ll << 20; break;
-      case 'g': case 'G': mult = 1ll << 30; break;
-      default: return std::nullopt;
+      case 'k':
+      case 'K':
+        mult = 1ll << 10;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1ll << 20;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1ll << 30;
+        break;
+      default:
+        return std::nullopt;
     }
     if (end[1] != '\0') return std::nullopt;
   }

@@ -23,13 +23,13 @@ std::optional<int64_t> parseInt(const std::string& text);
 
 }  // namespace hetcomm::param
 
-#define HC_PARAM_INT(fn, NAME, DEF)                                  \
-  inline int64_t fn() {                                              \
+#define HC_PARAM_INT(fn, NAME, DEF)                                    \
+  inline int64_t fn() {                                                \
     static const int64_t value = ::hetcomm::param::readInt(NAME, DEF); \
-    return value;                                                    \
+    return value;                                                      \
   }
-#define HC_PARAM_STR(fn, NAME, DEF)                                        \
-  inline const std::string& fn() {                                         \
+#define HC_PARAM_STR(fn, NAME, DEF)                                           \
+  inline const std::string& fn() {                                            \
     static const std::string value = ::hetcomm::param::readString(NAME, DEF); \
-    return value;                                                          \
+    return value;                                                             \
   }

@@ -9,15 +9,24 @@ namespace hetcomm {
 
 const char* codeName(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kUnhandled: return "unhandled error";
-    case Code::kSystem: return "system error";
-    case Code::kInternal: return "internal error";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kInvalidUsage: return "invalid usage";
-    case Code::kRemote: return "remote error";
-    case Code::kInProgress: return "in progress";
-    case Code::kTimeout: return "timeout";
+    case Code::kOk:
+      return "ok";
+    case Code::kUnhandled:
+      return "unhandled error";
+    case Code::kSystem:
+      return "system error";
+    case Code::kInternal:
+      return "internal error";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kInvalidUsage:
+      return "invalid usage";
+    case Code::kRemote:
+      return "remote error";
+    case Code::kInProgress:
+      return "in progress";
+    case Code::kTimeout:
+      return "timeout";
   }
   return "unknown code";
 }

@@ -32,8 +32,7 @@ const char* codeName(Code code);
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK: no allocation
-  Status(Code code, std::string msg)
-      : code_(code), msg_(std::make_shared<const std::string>(std::move(msg))) {}
+  Status(Code code, std::string msg) : code_(code), msg_(std::make_shared<const std::string>(std::move(msg))) {}
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
@@ -50,11 +49,13 @@ inline Status okStatus() { return Status(); }
 
 // Builds a Status from a printf-style message. Use the named helpers below.
 Status makeStatus(Code code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-#define HC_STATUS_HELPER(Name, CodeValue)                                           \
-  template <class... A>                                                             \
-  Status Name(const char* fmt, A... args) {                                         \
-    if constexpr (sizeof...(A) == 0) return Status(CodeValue, fmt);                 \
-    else return makeStatus(CodeValue, fmt, args...);                                \
+#define HC_STATUS_HELPER(Name, CodeValue)         \
+  template <class... A>                           \
+  Status Name(const char* fmt, A... args) {       \
+    if constexpr (sizeof...(A) == 0)              \
+      return Status(CodeValue, fmt);              \
+    else                                          \
+      return makeStatus(CodeValue, fmt, args...); \
   }
 HC_STATUS_HELPER(invalidArgument, Code::kInvalidArgument)
 HC_STATUS_HELPER(invalidUsage, Code::kInvalidUsage)
@@ -101,24 +102,24 @@ using Result = Expected<T>;
 }  // namespace hetcomm
 
 // Propagates a failed Status; at TRACE it leaves a breadcrumb "-> code at file:line".
-#define HC_TRY(expr)                                                 \
-  do {                                                               \
+#define HC_TRY(expr)                                                    \
+  do {                                                                  \
     if (::hetcomm::Status hc_st_ = (expr); !hc_st_.ok()) [[unlikely]] { \
-      ::hetcomm::log::breadcrumb(hc_st_, __FILE__, __LINE__);        \
-      return hc_st_;                                                 \
-    }                                                                \
+      ::hetcomm::log::breadcrumb(hc_st_, __FILE__, __LINE__);           \
+      return hc_st_;                                                    \
+    }                                                                   \
   } while (0)
 
 #define HC_CONCAT_INNER(a, b) a##b
 #define HC_CONCAT(a, b) HC_CONCAT_INNER(a, b)
 // auto x = HC_TRY_ASSIGN(result_expr); -> declares lhs from a Result or returns its error.
 #define HC_ASSIGN_OR_RETURN(lhs, expr) HC_ASSIGN_OR_RETURN_IMPL(HC_CONCAT(hc_res_, __LINE__), lhs, expr)
-#define HC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)              \
-  auto tmp = (expr);                                          \
-  if (!tmp.has_value()) [[unlikely]] {                        \
+#define HC_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)                 \
+  auto tmp = (expr);                                             \
+  if (!tmp.has_value()) [[unlikely]] {                           \
     ::hetcomm::log::breadcrumb(tmp.error(), __FILE__, __LINE__); \
-    return tmp.error();                                       \
-  }                                                           \
+    return tmp.error();                                          \
+  }                                                              \
   lhs = std::move(tmp).value()
 
 namespace hetcomm::log {

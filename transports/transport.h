@@ -30,10 +30,10 @@ const char* kindName(Kind kind);
 
 struct Properties {
   Kind kind = Kind::kTcp;
-  std::string name;            // "tcp", "ucx(rc_mlx5)": logs and HETCOMM_TRANSPORT
-  std::string reach;           // who it can reach: a host id (shm), a fabric id (verbs), "ip" (tcp)
-  double latencyUs = 0;        // nominal alpha; the topology replaces it with a probe result
-  double bandwidthGBps = 0;    // nominal 1/beta, GB = 1e9 bytes
+  std::string name;          // "tcp", "ucx(rc_mlx5)": logs and HETCOMM_TRANSPORT
+  std::string reach;         // who it can reach: a host id (shm), a fabric id (verbs), "ip" (tcp)
+  double latencyUs = 0;      // nominal alpha; the topology replaces it with a probe result
+  double bandwidthGBps = 0;  // nominal 1/beta, GB = 1e9 bytes
 };
 
 // What a transport needs to know about the communicator it serves: who this rank is (for names, logs and the
@@ -87,8 +87,8 @@ class Transport {
   virtual Result<std::vector<std::byte>> listen() = 0;
   // Connects to every peer whose blob is given (blobs[i] empty: no connection to rank i wanted). Blocks until
   // all are connected and authenticated, or the deadline passes. Every peer must call it with a consistent set.
-  virtual Result<std::vector<std::unique_ptr<Connection>>> connectAll(
-      const std::vector<std::vector<std::byte>>& blobs, Deadline deadline) = 0;
+  virtual Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
+                                                                      Deadline deadline) = 0;
   // Moves whatever data can move now on every connection; never blocks.
   virtual Status progress() = 0;
   // Readable when progress() has work to do; the engine polls it. -1: must be polled.

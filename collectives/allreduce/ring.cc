@@ -32,8 +32,7 @@ class RingAllReduce final : public Algorithm {
     auto res = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, ring.blockOffsetBytes(b), b, c); };
     // Partial sums live in the receive buffer at their final place: each block is reduced once per rank.
     auto rs = emitRingReduceScatter(
-        s, ring, in, [&](int, int b, size_t c) { return res(b, c); }, [&](size_t c) { return res(ring.r, c); }, 0,
-        0);
+        s, ring, in, [&](int, int b, size_t c) { return res(b, c); }, [&](size_t c) { return res(ring.r, c); }, 0, 0);
     const uint32_t agTags = static_cast<uint32_t>((g.nranks - 1) * ring.ch.nchunks);
     // A block received in the all-gather overwrites a partial sum the reduce-scatter sent from: wait for it.
     emitRingAllGather(s, ring, res, res, rs.done, rs.sends, agTags);

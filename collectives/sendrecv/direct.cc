@@ -23,9 +23,12 @@ class DirectSendRecv final : public Algorithm {
     std::vector<size_t> selfSends, selfRecvs;
     for (size_t i = 0; i < a.p2p.size(); ++i) {
       const P2pOp& op = a.p2p[i];
-      if (op.peer == g.rank) (op.isSend ? selfSends : selfRecvs).push_back(i);
-      else if (op.isSend) s.send(op.peer, op.seq, {extraBuf(i), 0, op.bytes});
-      else s.recv(op.peer, op.seq, {extraBuf(i), 0, op.bytes});
+      if (op.peer == g.rank)
+        (op.isSend ? selfSends : selfRecvs).push_back(i);
+      else if (op.isSend)
+        s.send(op.peer, op.seq, {extraBuf(i), 0, op.bytes});
+      else
+        s.recv(op.peer, op.seq, {extraBuf(i), 0, op.bytes});
     }
     // There is no connection to self: the k-th send to self is a copy into the k-th receive from self.
     if (selfSends.size() != selfRecvs.size())

@@ -1,5 +1,3 @@
-#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
-
 #include "comm/bootstrap/store.h"
 
 #include <poll.h>
@@ -19,6 +17,7 @@
 #include <list>
 #include <map>
 #include <thread>
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -32,8 +31,8 @@ namespace {
 
 // Protocol. Handshake: server Hello{nonce}; client Proof{mac(nonce), clientNonce}; server Welcome{mac(clientNonce)}.
 // Then requests [op u8][keylen u32][vallen u64][key][value] and replies [status u8][len u64][data].
-constexpr uint32_t kHelloMagic = 0x48534348;  // "HCSH"
-constexpr uint32_t kProofMagic = 0x50534348;  // "HCSP"
+constexpr uint32_t kHelloMagic = 0x48534348;    // "HCSH"
+constexpr uint32_t kProofMagic = 0x50534348;    // "HCSP"
 constexpr uint32_t kWelcomeMagic = 0x57534348;  // "HCSW"
 constexpr uint32_t kMaxKey = 4096;
 constexpr uint64_t kMaxValue = 64ull << 20;
@@ -165,7 +164,7 @@ struct StoreServer::Impl {
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& bindAddr, uint16_t port,
-                                                       const crypto::Secret& secret) {
+                                                        const crypto::Secret& secret) {
   auto impl = std::make_unique<Impl>();
   impl->secret = secret;
   boost::system::error_code ec;
@@ -236,8 +235,9 @@ Status recvAll(int fd, void* data, size_t n, Deadline deadline, const std::strin
   while (n > 0) {
     HC_TRY(waitFd(fd, POLLIN, deadline, where, what));
     ssize_t r = ::recv(fd, p, n, 0);
-    if (r == 0) return remoteError("store at %s closed the connection while %s (the store's process exited?)",
-                                   where.c_str(), what);
+    if (r == 0)
+      return remoteError("store at %s closed the connection while %s (the store's process exited?)", where.c_str(),
+                         what);
     if (r < 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
       return remoteError("store at %s: receive failed: %s", where.c_str(), std::strerror(errno));
@@ -285,8 +285,8 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& add
       if (st.ok()) {
         st = recvAll(fd, &welcome, sizeof(welcome), deadline, where, "authenticating");
         if (!st.ok() && st.code() == Code::kRemote)
-          st = remoteError("store at %s refused this rank: wrong secret (a stale or foreign unique id?)",
-                           where.c_str());
+          st =
+              remoteError("store at %s refused this rank: wrong secret (a stale or foreign unique id?)", where.c_str());
       }
       if (st.ok() && !crypto::macEqual(welcome.mac, crypto::prove(secret, proof.nonce, "store-server")))
         st = remoteError("the store at %s failed to prove it knows the job secret", where.c_str());
@@ -295,9 +295,10 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& add
       return client;
     }
     if (deadline.expired())
-      return timeoutError("cannot reach the rendezvous store at %s: %s (is rank 0 / the launcher running, and the "
-                          "address right?)",
-                          where.c_str(), lastError.c_str());
+      return timeoutError(
+          "cannot reach the rendezvous store at %s: %s (is rank 0 / the launcher running, and the "
+          "address right?)",
+          where.c_str(), lastError.c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 500)));
   }
 }
@@ -306,8 +307,8 @@ StoreClient::~StoreClient() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status StoreClient::request(uint8_t op, const std::string& key, const std::vector<std::byte>& value,
-                            Deadline deadline, std::vector<std::byte>* reply) {
+Status StoreClient::request(uint8_t op, const std::string& key, const std::vector<std::byte>& value, Deadline deadline,
+                            std::vector<std::byte>* reply) {
   if (fd_ < 0) return remoteError("store at %s: connection lost earlier", where_.c_str());
   ReqHeader h{};
   h.op = op;

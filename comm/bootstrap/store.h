@@ -49,7 +49,7 @@ class StoreClient {
 
   // Helpers built on the three operations. Keys live under prefix.
   Result<std::vector<std::vector<std::byte>>> allGather(const std::string& prefix, int rank, int nranks,
-                                                         const std::vector<std::byte>& mine, Deadline deadline);
+                                                        const std::vector<std::byte>& mine, Deadline deadline);
   Status barrier(const std::string& prefix, int nranks, Deadline deadline);
 
  private:

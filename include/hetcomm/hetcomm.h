@@ -31,7 +31,7 @@ extern "C" {
 #define HETCOMM_MAJOR 0
 #define HETCOMM_MINOR 1
 #define HETCOMM_PATCH 0
-#define HETCOMM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define HETCOMM_VERSION(X, Y, Z) ((X)*10000 + (Y)*100 + (Z))
 #define HETCOMM_VERSION_CODE HETCOMM_VERSION(HETCOMM_MAJOR, HETCOMM_MINOR, HETCOMM_PATCH)
 
 typedef struct hetcommComm* hetcommComm_t;
@@ -47,14 +47,14 @@ typedef struct {
 
 typedef enum {
   hetcommSuccess = 0,
-  hetcommUnhandledError = 1,   /* an error from an external library we could not classify */
-  hetcommSystemError = 2,      /* a system call failed (socket, memory, ...) */
-  hetcommInternalError = 3,    /* a bug in hetcomm */
-  hetcommInvalidArgument = 4,  /* a bad argument; the call had no effect and the communicator is still usable */
-  hetcommInvalidUsage = 5,     /* the call is not allowed now (destroyed communicator, mismatched collectives) */
-  hetcommRemoteError = 6,      /* a peer died, aborted or spoke garbage */
-  hetcommInProgress = 7,       /* a non-blocking operation has not finished yet */
-  hetcommTimeout = 8,          /* a wait ran past HETCOMM_TIMEOUT */
+  hetcommUnhandledError = 1,  /* an error from an external library we could not classify */
+  hetcommSystemError = 2,     /* a system call failed (socket, memory, ...) */
+  hetcommInternalError = 3,   /* a bug in hetcomm */
+  hetcommInvalidArgument = 4, /* a bad argument; the call had no effect and the communicator is still usable */
+  hetcommInvalidUsage = 5,    /* the call is not allowed now (destroyed communicator, mismatched collectives) */
+  hetcommRemoteError = 6,     /* a peer died, aborted or spoke garbage */
+  hetcommInProgress = 7,      /* a non-blocking operation has not finished yet */
+  hetcommTimeout = 8,         /* a wait ran past HETCOMM_TIMEOUT */
   hetcommNumResults = 9
 } hetcommResult_t;
 
@@ -101,10 +101,10 @@ typedef struct {
 } hetcommConfig_t;
 
 #define HETCOMM_CONFIG_MAGIC 0x68636663u /* "hcfc" */
-#define HETCOMM_CONFIG_INITIALIZER                                                                \
-  {                                                                                               \
+#define HETCOMM_CONFIG_INITIALIZER                                                                 \
+  {                                                                                                \
     sizeof(hetcommConfig_t), HETCOMM_CONFIG_MAGIC, HETCOMM_VERSION_CODE, HETCOMM_CONFIG_UNDEF_INT, \
-        HETCOMM_CONFIG_UNDEF_INT, NULL                                                            \
+        HETCOMM_CONFIG_UNDEF_INT, NULL                                                             \
   }
 
 /* ---- version and errors ---- */
@@ -117,7 +117,7 @@ HETCOMM_API const char* hetcommGetLastError(hetcommComm_t comm);
 HETCOMM_API hetcommResult_t hetcommGetUniqueId(hetcommUniqueId* uniqueId);
 HETCOMM_API hetcommResult_t hetcommCommInitRank(hetcommComm_t* comm, int nranks, hetcommUniqueId commId, int rank);
 HETCOMM_API hetcommResult_t hetcommCommInitRankConfig(hetcommComm_t* comm, int nranks, hetcommUniqueId commId, int rank,
-                                          hetcommConfig_t* config);
+                                                      hetcommConfig_t* config);
 /* Rank, size and rendezvous from the launcher's variables: hetcomm-run (HETCOMM_RANK, ...), torchrun (RANK,
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS,
  * with HETCOMM_MASTER_ADDR). */
@@ -127,7 +127,7 @@ HETCOMM_API hetcommResult_t hetcommCommInitAll(hetcommComm_t* comms, int ndev, c
 /* Collective over comm: ranks with the same color form a new communicator, ordered by key then old rank.
  * color HETCOMM_SPLIT_NOCOLOR gives *newcomm = NULL. config NULL inherits comm's. */
 HETCOMM_API hetcommResult_t hetcommCommSplit(hetcommComm_t comm, int color, int key, hetcommComm_t* newcomm,
-                                 hetcommConfig_t* config);
+                                             hetcommConfig_t* config);
 /* Waits for every queued operation of comm, then for every rank to reach finalize. */
 HETCOMM_API hetcommResult_t hetcommCommFinalize(hetcommComm_t comm);
 HETCOMM_API hetcommResult_t hetcommCommDestroy(hetcommComm_t comm);
@@ -138,28 +138,31 @@ HETCOMM_API hetcommResult_t hetcommCommCount(const hetcommComm_t comm, int* coun
 HETCOMM_API hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* rank);
 
 /* ---- collectives (in place when sendbuff == recvbuff, or as noted) ---- */
-HETCOMM_API hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
-                                 hetcommRedOp_t op, hetcommComm_t comm, hetcommStream_t stream);
-HETCOMM_API hetcommResult_t hetcommBroadcast(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
-                                 int root, hetcommComm_t comm, hetcommStream_t stream);
-HETCOMM_API hetcommResult_t hetcommReduce(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
-                              hetcommRedOp_t op, int root, hetcommComm_t comm, hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                             hetcommDataType_t datatype, hetcommRedOp_t op, hetcommComm_t comm,
+                                             hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                             hetcommDataType_t datatype, int root, hetcommComm_t comm,
+                                             hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                          hetcommDataType_t datatype, hetcommRedOp_t op, int root, hetcommComm_t comm,
+                                          hetcommStream_t stream);
 /* recvbuff holds nranks * sendcount; in place when sendbuff == recvbuff + rank * sendcount. */
-HETCOMM_API hetcommResult_t hetcommAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, hetcommDataType_t datatype,
-                                 hetcommComm_t comm, hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                             hetcommDataType_t datatype, hetcommComm_t comm, hetcommStream_t stream);
 /* sendbuff holds nranks * recvcount; in place when recvbuff == sendbuff + rank * recvcount. */
 HETCOMM_API hetcommResult_t hetcommReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                     hetcommDataType_t datatype, hetcommRedOp_t op, hetcommComm_t comm,
-                                     hetcommStream_t stream);
+                                                 hetcommDataType_t datatype, hetcommRedOp_t op, hetcommComm_t comm,
+                                                 hetcommStream_t stream);
 /* Block j of sendbuff (count elements) goes to rank j; block i of recvbuff comes from rank i. */
-HETCOMM_API hetcommResult_t hetcommAlltoAll(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
-                                hetcommComm_t comm, hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                            hetcommDataType_t datatype, hetcommComm_t comm, hetcommStream_t stream);
 /* Point to point; the n-th send to a peer matches the peer's n-th recv from this rank. Group sends and recvs
  * that depend on each other between hetcommGroupStart/End. */
 HETCOMM_API hetcommResult_t hetcommSend(const void* sendbuff, size_t count, hetcommDataType_t datatype, int peer,
-                            hetcommComm_t comm, hetcommStream_t stream);
-HETCOMM_API hetcommResult_t hetcommRecv(void* recvbuff, size_t count, hetcommDataType_t datatype, int peer, hetcommComm_t comm,
-                            hetcommStream_t stream);
+                                        hetcommComm_t comm, hetcommStream_t stream);
+HETCOMM_API hetcommResult_t hetcommRecv(void* recvbuff, size_t count, hetcommDataType_t datatype, int peer,
+                                        hetcommComm_t comm, hetcommStream_t stream);
 
 /* ---- groups: calls in between are queued together at GroupEnd (sends/recvs of one group run concurrently);
  * GroupEnd waits for the operations whose stream is NULL. Groups nest. ---- */

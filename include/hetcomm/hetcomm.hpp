@@ -50,17 +50,28 @@ struct Bfloat16 {
 template <class T>
 constexpr hetcommDataType_t dataTypeOf() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, int8_t> || std::is_same_v<U, char>) return hetcommInt8;
-  else if constexpr (std::is_same_v<U, uint8_t>) return hetcommUint8;
-  else if constexpr (std::is_same_v<U, int32_t>) return hetcommInt32;
-  else if constexpr (std::is_same_v<U, uint32_t>) return hetcommUint32;
-  else if constexpr (std::is_same_v<U, int64_t>) return hetcommInt64;
-  else if constexpr (std::is_same_v<U, uint64_t>) return hetcommUint64;
-  else if constexpr (std::is_same_v<U, Float16>) return hetcommFloat16;
-  else if constexpr (std::is_same_v<U, Bfloat16>) return hetcommBfloat16;
-  else if constexpr (std::is_same_v<U, float>) return hetcommFloat32;
-  else if constexpr (std::is_same_v<U, double>) return hetcommFloat64;
-  else static_assert(sizeof(T) == 0, "hetcomm has no datatype for this element type");
+  if constexpr (std::is_same_v<U, int8_t> || std::is_same_v<U, char>)
+    return hetcommInt8;
+  else if constexpr (std::is_same_v<U, uint8_t>)
+    return hetcommUint8;
+  else if constexpr (std::is_same_v<U, int32_t>)
+    return hetcommInt32;
+  else if constexpr (std::is_same_v<U, uint32_t>)
+    return hetcommUint32;
+  else if constexpr (std::is_same_v<U, int64_t>)
+    return hetcommInt64;
+  else if constexpr (std::is_same_v<U, uint64_t>)
+    return hetcommUint64;
+  else if constexpr (std::is_same_v<U, Float16>)
+    return hetcommFloat16;
+  else if constexpr (std::is_same_v<U, Bfloat16>)
+    return hetcommBfloat16;
+  else if constexpr (std::is_same_v<U, float>)
+    return hetcommFloat32;
+  else if constexpr (std::is_same_v<U, double>)
+    return hetcommFloat64;
+  else
+    static_assert(sizeof(T) == 0, "hetcomm has no datatype for this element type");
 }
 
 // An ordered queue of asynchronous operations; destroying it waits for them.
@@ -182,8 +193,8 @@ class Comm {
   template <class T>
   void reduceScatter(std::span<const T> send, std::span<T> recv, Op op, Stream* s = nullptr) {
     sameSize(send.size(), recv.size() * size(), "reduceScatter");
-    check(hetcommReduceScatter(send.data(), recv.data(), recv.size(), dataTypeOf<T>(),
-                               static_cast<hetcommRedOp_t>(op), c_, st(s)),
+    check(hetcommReduceScatter(send.data(), recv.data(), recv.size(), dataTypeOf<T>(), static_cast<hetcommRedOp_t>(op),
+                               c_, st(s)),
           c_);
   }
   template <class T>

@@ -72,10 +72,23 @@ size_t parseBytes(const std::string& s) {
   unsigned long long v = std::strtoull(s.c_str(), &end, 10);
   if (end == s.c_str()) throw std::runtime_error("bad size '" + s + "'");
   switch (*end) {
-    case 'K': case 'k': v <<= 10; ++end; break;
-    case 'M': case 'm': v <<= 20; ++end; break;
-    case 'G': case 'g': v <<= 30; ++end; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v <<= 10;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      v <<= 20;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      v <<= 30;
+      ++end;
+      break;
+    default:
+      break;
   }
   if (*end == 'B' || *end == 'b') ++end;
   if (*end != '\0') throw std::runtime_error("bad size '" + s + "'");
@@ -98,14 +111,22 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage(argv[0], ("missing value for " + k).c_str());
       return argv[++i];
     };
-    if (k == "--rank") a.rank = std::stoi(val());
-    else if (k == "--size") a.size = std::stoi(val());
-    else if (k == "--store") a.store = val();
-    else if (k == "--host") a.host = val();
-    else if (k == "--algo") a.algo = val();
-    else if (k == "--iters" || k == "-n") a.iters = std::stoi(val());
-    else if (k == "--warmup" || k == "-w") a.warmup = std::stoi(val());
-    else if (k == "--timeout") a.timeoutSec = std::stoi(val());
+    if (k == "--rank")
+      a.rank = std::stoi(val());
+    else if (k == "--size")
+      a.size = std::stoi(val());
+    else if (k == "--store")
+      a.store = val();
+    else if (k == "--host")
+      a.host = val();
+    else if (k == "--algo")
+      a.algo = val();
+    else if (k == "--iters" || k == "-n")
+      a.iters = std::stoi(val());
+    else if (k == "--warmup" || k == "-w")
+      a.warmup = std::stoi(val());
+    else if (k == "--timeout")
+      a.timeoutSec = std::stoi(val());
     else if (k == "--sizes") {
       a.sizes.clear();
       std::string s = val();
@@ -116,8 +137,10 @@ Args parse(int argc, char** argv) {
         if (q > p) a.sizes.push_back(parseBytes(s.substr(p, q - p)));
         p = q + 1;
       }
-    } else if (k == "-h" || k == "--help") usage(argv[0], "help");
-    else usage(argv[0], ("unknown argument " + k).c_str());
+    } else if (k == "-h" || k == "--help")
+      usage(argv[0], "help");
+    else
+      usage(argv[0], ("unknown argument " + k).c_str());
   }
   if (a.store.empty()) usage(argv[0], "--store DIR is required");
   if (a.size < 1 || a.rank < 0 || a.rank >= a.size) usage(argv[0], "need 0 <= rank < size");
@@ -155,8 +178,7 @@ class Runner {
     opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     opts.setInput(in_, count_);
     opts.setOutput(out_, count_);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
     opts.setTag(nextTag_++);
     gloo::allreduce(opts);
   }
@@ -179,8 +201,7 @@ class Runner {
   double sumOverRanks(double v) {
     gloo::AllreduceOptions opts(ctx_);
     opts.setOutput(&v, 1);
-    opts.setReduceFunction(
-        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<double>));
     opts.setTag(nextTag_++);
     gloo::allreduce(opts);
     return v;
@@ -229,13 +250,14 @@ int main(int argc, char** argv) {
     int failures = 0;
 
     if (a.rank == 0) {
-      std::printf("# gloo_allreduce: gloo %d.%d.%d, algo %s (%s), nranks %d, transport tcp %s, "
-                  "warmup %d, iters %d\n",
-                  GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, a.algo.c_str(),
-                  a.algo == "ring" ? "gloo::allreduce RING, out-of-place" : "AllreduceRingChunked, in-place",
-                  n, a.host.c_str(), a.warmup, a.iters);
-      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop", "root",
-                  "time", "algbw", "busbw", "#wrong");
+      std::printf(
+          "# gloo_allreduce: gloo %d.%d.%d, algo %s (%s), nranks %d, transport tcp %s, "
+          "warmup %d, iters %d\n",
+          GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, a.algo.c_str(),
+          a.algo == "ring" ? "gloo::allreduce RING, out-of-place" : "AllreduceRingChunked, in-place", n, a.host.c_str(),
+          a.warmup, a.iters);
+      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop", "root", "time",
+                  "algbw", "busbw", "#wrong");
       std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
                   "(GB/s)", "(GB/s)", "");
       std::fflush(stdout);

@@ -16,26 +16,35 @@ namespace {
 
 int gRank = 0, gSize = 1, gFailed = 0, gPassed = 0;
 
-#define CHECK_HC(call)                                                                                   \
-  do {                                                                                                   \
-    hetcommResult_t r_ = (call);                                                                         \
-    if (r_ != hetcommSuccess) {                                                                          \
-      std::fprintf(stderr, "rank %d: %s failed: %s: %s\n", gRank, #call, hetcommGetErrorString(r_),      \
-                   hetcommGetLastError(nullptr));                                                        \
-      std::exit(2);                                                                                      \
-    }                                                                                                    \
+#define CHECK_HC(call)                                                                              \
+  do {                                                                                              \
+    hetcommResult_t r_ = (call);                                                                    \
+    if (r_ != hetcommSuccess) {                                                                     \
+      std::fprintf(stderr, "rank %d: %s failed: %s: %s\n", gRank, #call, hetcommGetErrorString(r_), \
+                   hetcommGetLastError(nullptr));                                                   \
+      std::exit(2);                                                                                 \
+    }                                                                                               \
   } while (0)
 
 size_t typeSize(hetcommDataType_t t) {
   switch (t) {
-    case hetcommInt8: case hetcommUint8: return 1;
-    case hetcommFloat16: case hetcommBfloat16: return 2;
-    case hetcommInt32: case hetcommUint32: case hetcommFloat32: return 4;
-    default: return 8;
+    case hetcommInt8:
+    case hetcommUint8:
+      return 1;
+    case hetcommFloat16:
+    case hetcommBfloat16:
+      return 2;
+    case hetcommInt32:
+    case hetcommUint32:
+    case hetcommFloat32:
+      return 4;
+    default:
+      return 8;
   }
 }
 const char* typeName(hetcommDataType_t t) {
-  static const char* names[] = {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"};
+  static const char* names[] = {"int8",   "uint8", "int32", "uint32", "int64",
+                                "uint64", "half",  "float", "double", "bfloat16"};
   return names[t];
 }
 const char* opName(hetcommRedOp_t o) {
@@ -57,15 +66,32 @@ long long inputValue(int rank, size_t i, hetcommDataType_t t, hetcommRedOp_t op)
 // Stores v (an exact small integer, or sum/n for avg) in element i of a buffer of type t.
 void store(void* base, size_t i, hetcommDataType_t t, double v) {
   switch (t) {
-    case hetcommInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<long long>(v)); break;
-    case hetcommUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<long long>(v)); break;
-    case hetcommInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case hetcommUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(static_cast<long long>(v)); break;
-    case hetcommInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case hetcommUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(static_cast<long long>(v)); break;
-    case hetcommFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case hetcommFloat64: static_cast<double*>(base)[i] = v; break;
-    case hetcommFloat16: case hetcommBfloat16: {
+    case hetcommInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<long long>(v));
+      break;
+    case hetcommUint8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<long long>(v));
+      break;
+    case hetcommInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case hetcommUint32:
+      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(static_cast<long long>(v));
+      break;
+    case hetcommInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case hetcommUint64:
+      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(static_cast<long long>(v));
+      break;
+    case hetcommFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case hetcommFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
+    case hetcommFloat16:
+    case hetcommBfloat16: {
       // Exact small values: build the bit pattern from float (the low mantissa bits are zero).
       float f = static_cast<float>(v);
       uint32_t u;
@@ -82,20 +108,29 @@ void store(void* base, size_t i, hetcommDataType_t t, double v) {
       static_cast<uint16_t*>(base)[i] = h;
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
 double load(const void* base, size_t i, hetcommDataType_t t) {
   switch (t) {
-    case hetcommInt8: return static_cast<const int8_t*>(base)[i];
-    case hetcommUint8: return static_cast<const uint8_t*>(base)[i];
-    case hetcommInt32: return static_cast<const int32_t*>(base)[i];
-    case hetcommUint32: return static_cast<const uint32_t*>(base)[i];
-    case hetcommInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case hetcommUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case hetcommFloat32: return static_cast<const float*>(base)[i];
-    case hetcommFloat64: return static_cast<const double*>(base)[i];
+    case hetcommInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case hetcommUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case hetcommInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case hetcommUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case hetcommInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case hetcommUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case hetcommFloat32:
+      return static_cast<const float*>(base)[i];
+    case hetcommFloat64:
+      return static_cast<const double*>(base)[i];
     case hetcommFloat16: {
       uint16_t h = static_cast<const uint16_t*>(base)[i];
       int e = (h >> 10) & 0x1f, m = h & 0x3ff;
@@ -108,7 +143,8 @@ double load(const void* base, size_t i, hetcommDataType_t t) {
       std::memcpy(&f, &u, 4);
       return f;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -119,16 +155,28 @@ double reference(size_t i, hetcommDataType_t t, hetcommRedOp_t op, int n, size_t
   for (int r = 1; r < n; ++r) {
     double v = static_cast<double>(inputValue(r, offset + i, t, op));
     switch (op) {
-      case hetcommSum: case hetcommAvg: acc += v; break;
-      case hetcommProd: acc *= v; break;
-      case hetcommMax: acc = acc > v ? acc : v; break;
-      case hetcommMin: acc = acc < v ? acc : v; break;
-      default: break;
+      case hetcommSum:
+      case hetcommAvg:
+        acc += v;
+        break;
+      case hetcommProd:
+        acc *= v;
+        break;
+      case hetcommMax:
+        acc = acc > v ? acc : v;
+        break;
+      case hetcommMin:
+        acc = acc < v ? acc : v;
+        break;
+      default:
+        break;
     }
   }
   if (op == hetcommAvg) {
-    if (isFloat(t)) acc /= n;
-    else acc = std::trunc(acc / n);
+    if (isFloat(t))
+      acc /= n;
+    else
+      acc = std::trunc(acc / n);
   }
   store(tmp.data(), 0, t, acc);  // wrap/round like the type does
   return load(tmp.data(), 0, t);
@@ -186,7 +234,8 @@ void checkOthers(hetcommComm_t comm, int rank, int n, hetcommDataType_t t, size_
   // allgather in place
   {
     std::vector<unsigned char> buf(n * count * es);
-    for (size_t i = 0; i < count; ++i) store(buf.data() + rank * count * es, i, t, static_cast<double>(inputValue(rank, i, t, op)));
+    for (size_t i = 0; i < count; ++i)
+      store(buf.data() + rank * count * es, i, t, static_cast<double>(inputValue(rank, i, t, op)));
     CHECK_HC(hetcommAllGather(buf.data() + rank * count * es, buf.data(), count, t, comm, nullptr));
     size_t bad = 0;
     for (int p = 0; p < n; ++p)
@@ -204,7 +253,8 @@ void checkOthers(hetcommComm_t comm, int rank, int n, hetcommDataType_t t, size_
     size_t bad = 0;
     for (size_t i = 0; i < count; ++i)
       if (load(buf.data(), i, t) != static_cast<double>(inputValue(root, i, t, op))) ++bad;
-    std::snprintf(what, sizeof(what), "broadcast n=%d count=%zu %s root %d: %zu wrong", n, count, typeName(t), root, bad);
+    std::snprintf(what, sizeof(what), "broadcast n=%d count=%zu %s root %d: %zu wrong", n, count, typeName(t), root,
+                  bad);
     report(bad == 0, what);
   }
   {
@@ -260,7 +310,7 @@ void runSuite(hetcommComm_t comm, bool full) {
   CHECK_HC(hetcommCommCount(comm, &n));
   hetcommStream_t stream;
   CHECK_HC(hetcommStreamCreate(&stream));
-  const hetcommDataType_t types[] = {hetcommInt8,  hetcommUint8,   hetcommInt32,   hetcommUint32,  hetcommInt64,
+  const hetcommDataType_t types[] = {hetcommInt8,   hetcommUint8,   hetcommInt32,   hetcommUint32,  hetcommInt64,
                                      hetcommUint64, hetcommFloat16, hetcommFloat32, hetcommFloat64, hetcommBfloat16};
   const hetcommRedOp_t ops[] = {hetcommSum, hetcommProd, hetcommMax, hetcommMin, hetcommAvg};
   for (hetcommDataType_t t : types)

@@ -1,8 +1,7 @@
 // cpp_api_check: the header-only C++ layer (hetcomm.hpp) under hetcomm-run: RAII, span overloads, streams,
 // groups, split, and errors as exceptions that carry the result code.
-#include <hetcomm/hetcomm.hpp>
-
 #include <cstdio>
+#include <hetcomm/hetcomm.hpp>
 #include <numeric>
 #include <vector>
 

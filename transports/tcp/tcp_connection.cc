@@ -27,7 +27,6 @@ constexpr size_t kReadBudgetBytes = 8 << 20;
 constexpr size_t kMaxAbortReason = 1024;
 constexpr size_t kMaxIov = 32;
 
-
 void finishRequest(Request* req, size_t bytes) {
   req->state = Request::State::kDone;
   req->bytes = bytes;
@@ -191,13 +190,14 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
                          (unsigned long long)tag, peer_);
   if (it != inbound_.end()) {
     Inbound& in = it->second;
-    if (in.req) return internalError("tcp: a receive with tag %#llx from rank %d is already posted",
-                                     (unsigned long long)tag, peer_);
+    if (in.req)
+      return internalError("tcp: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
+                           peer_);
     if (in.total != buf.size()) {
-      failRequest(&req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                                     "made with different counts?",
-                                     peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_,
-                                     buf.size()));
+      failRequest(&req,
+                  invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                               "made with different counts?",
+                               peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_, buf.size()));
       if (in.complete) {
         inbound_.erase(it);
       } else {

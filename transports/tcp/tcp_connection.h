@@ -31,7 +31,7 @@ struct FrameHeader {
   uint32_t magic = kMagic;
   uint16_t flags = kData;
   uint16_t reserved = 0;
-  uint32_t len = 0;     // payload bytes of this segment
+  uint32_t len = 0;  // payload bytes of this segment
   uint32_t pad = 0;
   uint64_t tag = 0;
   uint64_t total = 0;   // bytes of the whole message
@@ -72,8 +72,7 @@ struct TcpStream {
 
 class TcpConnection final : public Connection {
  public:
-  TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
-                std::string via);
+  TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets, std::string via);
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }
@@ -87,7 +86,6 @@ class TcpConnection final : public Connection {
   void onReadable(TcpStream& s);
   void onWritable(TcpStream& s);
 
-
  private:
   // A message being received, keyed by tag: created by irecv (posted) or by its first segment (unexpected).
   struct Inbound {
@@ -96,7 +94,7 @@ class TcpConnection final : public Connection {
     bool haveHeader = false;
     bool intoUser = false;  // payload lands in `user` directly
     bool complete = false;
-    bool discard = false;   // its receive was refused (wrong size): read it and throw it away
+    bool discard = false;  // its receive was refused (wrong size): read it and throw it away
     uint64_t total = 0;
     uint64_t received = 0;
     std::unique_ptr<std::byte[]> buf;  // payload when not intoUser (uninitialised: every byte gets written)

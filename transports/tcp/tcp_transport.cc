@@ -1,5 +1,3 @@
-#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
-
 #include "transports/tcp/tcp_transport.h"
 
 #include <ifaddrs.h>
@@ -17,6 +15,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
 #include "common/log.h"
 #include "common/param.h"
@@ -86,10 +85,14 @@ Result<PeerInfo> decodeBlob(std::span<const std::byte> blob, int peer) {
     auto eq = line.find('=');
     if (eq == std::string::npos) continue;
     std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-    if (key == "hctcp") versionOk = value == "1";
-    else if (key == "host") info.host = value;
-    else if (key == "port") info.port = static_cast<uint16_t>(std::atoi(value.c_str()));
-    else if (key == "addrs") info.addrs = split(value, ',');
+    if (key == "hctcp")
+      versionOk = value == "1";
+    else if (key == "host")
+      info.host = value;
+    else if (key == "port")
+      info.port = static_cast<uint16_t>(std::atoi(value.c_str()));
+    else if (key == "addrs")
+      info.addrs = split(value, ',');
   }
   if (!versionOk || info.port == 0 || info.addrs.empty() || info.addrs[0].empty())
     return remoteError("rank %d's tcp address blob is malformed", peer);
@@ -162,7 +165,8 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
       co_return;
     }
     reply.mac = crypto::prove(cfg.secret, hello.nonce, "tcp-dial", cfg.rank, peer, cfg.commId, idx);
-    co_await asio::async_write(sock, asio::buffer(&reply, sizeof(reply)), asio::redirect_error(asio::use_awaitable, ec));
+    co_await asio::async_write(sock, asio::buffer(&reply, sizeof(reply)),
+                               asio::redirect_error(asio::use_awaitable, ec));
     Ack ack;
     if (!ec)
       co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
@@ -172,8 +176,8 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
                        addr.c_str(), info.port);
       continue;
     }
-    if (!crypto::macEqual(ack.mac, crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId,
-                                                 idx))) {
+    if (!crypto::macEqual(ack.mac,
+                          crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId, idx))) {
       refusal = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
                        addr.c_str(), info.port, peer);
       continue;
@@ -202,14 +206,20 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
   Reply r;
   if (!ec) co_await asio::async_read(sock, asio::buffer(&r, sizeof(r)), asio::redirect_error(asio::use_awaitable, ec));
   std::string why;
-  if (ec) why = "handshake read failed: " + ec.message();
-  else if (r.magic != Reply::kMagic) why = "it does not speak the hetcomm tcp handshake";
-  else if (r.commId != cfg.commId) why = "it belongs to another communicator";
-  else if (r.rank >= static_cast<uint32_t>(cfg.rank) || st.expectFrom[r.rank] == 0) why = format("rank %u is not expected to dial rank %d", r.rank, cfg.rank);
-  else if (r.nsocks == 0 || r.nsocks > kMaxSockets || r.sockIdx >= r.nsocks) why = "bad socket index";
-  else if (st.socks[r.rank][r.sockIdx]) why = "duplicate socket";
-  else if (!crypto::macEqual(r.mac, crypto::prove(cfg.secret, hello.nonce, "tcp-dial", r.rank, cfg.rank, cfg.commId,
-                                                  r.sockIdx)))
+  if (ec)
+    why = "handshake read failed: " + ec.message();
+  else if (r.magic != Reply::kMagic)
+    why = "it does not speak the hetcomm tcp handshake";
+  else if (r.commId != cfg.commId)
+    why = "it belongs to another communicator";
+  else if (r.rank >= static_cast<uint32_t>(cfg.rank) || st.expectFrom[r.rank] == 0)
+    why = format("rank %u is not expected to dial rank %d", r.rank, cfg.rank);
+  else if (r.nsocks == 0 || r.nsocks > kMaxSockets || r.sockIdx >= r.nsocks)
+    why = "bad socket index";
+  else if (st.socks[r.rank][r.sockIdx])
+    why = "duplicate socket";
+  else if (!crypto::macEqual(
+               r.mac, crypto::prove(cfg.secret, hello.nonce, "tcp-dial", r.rank, cfg.rank, cfg.commId, r.sockIdx)))
     why = "wrong secret";
   if (!why.empty()) {
     HC_WARN("tcp: rank %d refused a connection from %s: %s", cfg.rank, from.c_str(), why.c_str());
@@ -284,8 +294,7 @@ Result<std::vector<Interface>> selectInterfaces(const std::string& spec) {
   std::stable_sort(out.begin(), out.end(), v4first);
   std::stable_sort(loop.begin(), loop.end(), v4first);
   out.insert(out.end(), loop.begin(), loop.end());
-  if (out.empty())
-    return invalidArgument("tcp: no network interface matches HETCOMM_SOCKET_IFNAME=%s", spec.c_str());
+  if (out.empty()) return invalidArgument("tcp: no network interface matches HETCOMM_SOCKET_IFNAME=%s", spec.c_str());
   return out;
 }
 
@@ -333,8 +342,8 @@ Result<std::vector<std::byte>> TcpTransport::listen() {
   std::vector<Interface> reachable;
   for (const auto& i : ifaces_)
     if ((i.addr.find(':') != std::string::npos) == v6only) reachable.push_back(i);
-  HC_TRACE(Net, "tcp: rank %d listening on port %u (%zu interfaces, first %s %s)", config_.rank, port,
-           ifaces_.size(), ifaces_[0].name.c_str(), ifaces_[0].addr.c_str());
+  HC_TRACE(Net, "tcp: rank %d listening on port %u (%zu interfaces, first %s %s)", config_.rank, port, ifaces_.size(),
+           ifaces_[0].name.c_str(), ifaces_[0].addr.c_str());
   return encodeBlob(config_.hostId, port, reachable);
 }
 
@@ -345,8 +354,8 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   if (!acceptor_) return invalidUsage("tcp: connectAll before listen");
 
   asio::io_context io;  // first: destroyed last, after the coroutine frames that use it
-  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0),
-                  std::vector<std::string>(n), 0, {}};
+  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0), std::vector<std::string>(n),
+                  0,  {}};
   st.socks.resize(n);
   for (auto& v : st.socks) v.resize(kMaxSockets);
 
@@ -388,8 +397,8 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
                                         [](const auto& s) { return s.has_value(); }));
         if (!ok) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       }
-      return timeoutError("rank %d: tcp connection set-up timed out waiting for rank(s) %s (HETCOMM_TIMEOUT=%g s)",
-                          me, missing.c_str(), config_.timeoutSec);
+      return timeoutError("rank %d: tcp connection set-up timed out waiting for rank(s) %s (HETCOMM_TIMEOUT=%g s)", me,
+                          missing.c_str(), config_.timeoutSec);
     }
     io.run_one_for(std::chrono::milliseconds(100));
   }

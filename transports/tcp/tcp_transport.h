@@ -41,7 +41,7 @@ class TcpTransport final : public Transport {
   const Properties& properties() const override { return props_; }
   Result<std::vector<std::byte>> listen() override;
   Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
-                                                             Deadline deadline) override;
+                                                              Deadline deadline) override;
   Status progress() override;
   int waitFd() const override { return epollFd_; }
 
