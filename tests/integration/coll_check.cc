@@ -4,6 +4,8 @@
 // Uses the public API only. Prints "N passed, M failed" on rank 0 and exits non-zero on any failure.
 #include <hetcomm/hetcomm.h>
 
+#include "perf/common/perf_data.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -26,31 +28,11 @@ int gRank = 0, gSize = 1, gFailed = 0, gPassed = 0;
     }                                                                                               \
   } while (0)
 
-size_t typeSize(hetcommDataType_t t) {
-  switch (t) {
-    case hetcommInt8:
-    case hetcommUint8:
-      return 1;
-    case hetcommFloat16:
-    case hetcommBfloat16:
-      return 2;
-    case hetcommInt32:
-    case hetcommUint32:
-    case hetcommFloat32:
-      return 4;
-    default:
-      return 8;
-  }
-}
-const char* typeName(hetcommDataType_t t) {
-  static const char* names[] = {"int8",   "uint8", "int32", "uint32", "int64",
-                                "uint64", "half",  "float", "double", "bfloat16"};
-  return names[t];
-}
-const char* opName(hetcommRedOp_t o) {
-  static const char* names[] = {"sum", "prod", "max", "min", "avg"};
-  return names[o];
-}
+// The perf tools' datatype helpers: one copy for every client of the public API.
+using hetcomm::perf::opName;
+using hetcomm::perf::typeName;
+using hetcomm::perf::typeSize;
+
 bool isUnsigned(hetcommDataType_t t) { return t == hetcommUint8 || t == hetcommUint32 || t == hetcommUint64; }
 bool isFloat(hetcommDataType_t t) {
   return t == hetcommFloat16 || t == hetcommFloat32 || t == hetcommFloat64 || t == hetcommBfloat16;
@@ -91,23 +73,11 @@ void store(void* base, size_t i, hetcommDataType_t t, double v) {
       static_cast<double*>(base)[i] = v;
       break;
     case hetcommFloat16:
-    case hetcommBfloat16: {
-      // Exact small values: build the bit pattern from float (the low mantissa bits are zero).
-      float f = static_cast<float>(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      uint16_t h;
-      if (t == hetcommBfloat16) {
-        h = static_cast<uint16_t>(u >> 16);
-      } else if (f == 0) {
-        h = static_cast<uint16_t>((u >> 16) & 0x8000);
-      } else {
-        int e = static_cast<int>((u >> 23) & 0xff) - 127 + 15;
-        h = static_cast<uint16_t>(((u >> 16) & 0x8000) | (e << 10) | ((u >> 13) & 0x3ff));
-      }
-      static_cast<uint16_t*>(base)[i] = h;
+      static_cast<uint16_t*>(base)[i] = hetcomm::perf::floatToHalf(static_cast<float>(v));
       break;
-    }
+    case hetcommBfloat16:
+      static_cast<uint16_t*>(base)[i] = hetcomm::perf::floatToBfloat16(static_cast<float>(v));
+      break;
     default:
       break;
   }
@@ -131,18 +101,10 @@ double load(const void* base, size_t i, hetcommDataType_t t) {
       return static_cast<const float*>(base)[i];
     case hetcommFloat64:
       return static_cast<const double*>(base)[i];
-    case hetcommFloat16: {
-      uint16_t h = static_cast<const uint16_t*>(base)[i];
-      int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-      double v = e == 0 ? std::ldexp(m, -24) : std::ldexp(1024 + m, e - 25);
-      return (h & 0x8000) ? -v : v;
-    }
-    case hetcommBfloat16: {
-      uint32_t u = static_cast<uint32_t>(static_cast<const uint16_t*>(base)[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
-    }
+    case hetcommFloat16:
+      return hetcomm::perf::halfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case hetcommBfloat16:
+      return hetcomm::perf::bfloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
     default:
       return 0;
   }
