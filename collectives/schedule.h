@@ -3,6 +3,9 @@
 // planner that emits one (algorithm.h); one executor runs them all (executor.h), so a new algorithm is a new
 // schedule, not new plumbing.
 //
+// A schedule must not make a receive wait for a send to the same peer to complete: a transport may complete
+// large sends only when the peer has received them (single-copy rendezvous), and the peer waits the same way.
+//
 // Tags: a send and the receive it matches carry the same step tag; the executor widens it with the operation's
 // sequence number, so messages of different operations never meet.
 #pragma once

@@ -136,6 +136,16 @@ Status checkRank(int r, int n, const char* what) {
   if (r < 0 || r >= n) return invalidArgument("%s %d is out of range for a communicator of %d ranks", what, r, n);
   return okStatus();
 }
+// Sizes in bytes must fit in memory with room to spare: a count near SIZE_MAX (a negative int passed as size_t,
+// say) is an argument error here, not an allocation failure later.
+Status checkCount(size_t count, size_t elemSize, int blocks) {
+  constexpr size_t kMaxBytes = size_t{1} << 46;  // 64 TiB
+  if (count > kMaxBytes / elemSize / static_cast<size_t>(blocks))
+    return invalidArgument("count %zu is too large (%zu-byte elements, %d block%s; was a negative number passed?)",
+                           count, elemSize, blocks, blocks == 1 ? "" : "s");
+  return okStatus();
+}
+
 Result<Stream*> streamOf(hetcommStream_t s) {
   if (!s) return static_cast<Stream*>(nullptr);
   std::lock_guard<std::mutex> lock(gHandlesMu);
@@ -157,12 +167,21 @@ thread_local GroupState tGroup;
 Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
   Stream* s = op->stream;
   if (s) {
+    // Held across enqueue: a refused op must not become the stream's last (later ops would not wait for the real
+    // last one, and synchronize would return early).
     std::lock_guard<std::mutex> lock(s->mu);
     op->after = s->last;
-    s->last = op;
+    Status st = alreadyLogged(c->enqueue(op));
+    if (st.ok()) {
+      s->last = op;
+      return st;
+    }
+    op->error = st;
+    op->state.store(Op::kFailed, std::memory_order_release);
+    return st;
   }
   Status st = alreadyLogged(c->enqueue(op));
-  if (!st.ok()) {  // never queued: mark it finished so the stream does not wait on it
+  if (!st.ok()) {  // never queued: mark it finished
     op->error = st;
     op->state.store(Op::kFailed, std::memory_order_release);
   }
@@ -183,7 +202,12 @@ Status launch(Communicator* c, std::shared_ptr<Op> op) {
     tGroup.pending.push_back({c, std::move(op)});
     return okStatus();
   }
-  if (op->args.kind == coll::CollKind::kSendRecv) HC_TRY(pairSelf(*op, c->rank()));
+  if (op->args.kind == coll::CollKind::kSendRecv) {
+    if (Status st = pairSelf(*op, c->rank()); !st.ok()) {
+      c->releaseP2pSeqs(op->args.p2p);
+      return st;
+    }
+  }
   HC_TRY(submit(c, op));
   if (op->stream) return okStatus();
   return waitOp(op);
@@ -206,6 +230,11 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
   op->args.op = reduces ? static_cast<kernels::RedOp>(redop) : kernels::RedOp::kSum;
   op->args.root = rooted ? root : 0;
   const int n = c->nranks(), me = c->rank();
+  HC_TRY(checkCount(count, kernels::sizeOf(op->args.dtype), kind == coll::CollKind::kAllReduce ||
+                                                                     kind == coll::CollKind::kBroadcast ||
+                                                                     kind == coll::CollKind::kReduce
+                                                                 ? 1
+                                                                 : n));
   const size_t sendCount = op->args.sendBytes(n) / kernels::sizeOf(op->args.dtype);
   const size_t recvCount = op->args.recvBytes(n) / kernels::sizeOf(op->args.dtype);
   // Buffers only the root uses may be NULL elsewhere, as in NCCL.
@@ -239,6 +268,7 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
   HC_TRY(checkType(dtype));
   HC_TRY(checkRank(peer, c->nranks(), "peer"));
+  HC_TRY(checkCount(count, kernels::sizeOf(static_cast<kernels::DataType>(dtype)), 1));
   HC_TRY(checkBuf(buf, count, isSend ? "sendbuff" : "recvbuff"));
   HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
   coll::P2pOp p;
@@ -275,7 +305,7 @@ Status groupEnd() {
   if (--tGroup.depth > 0) return okStatus();
   std::vector<Pending> pending;
   pending.swap(tGroup.pending);
-  // One fused point-to-point op per communicator, at the place of its first send or receive.
+  // One fused point-to-point op per (communicator, stream), at the place of its first send or receive.
   std::vector<Pending> ops;
   for (auto& p : pending) {
     if (p.op->args.kind != coll::CollKind::kSendRecv) {
@@ -283,7 +313,7 @@ Status groupEnd() {
       continue;
     }
     auto it = std::find_if(ops.begin(), ops.end(), [&](const Pending& q) {
-      return q.comm == p.comm && q.op->args.kind == coll::CollKind::kSendRecv;
+      return q.comm == p.comm && q.op->stream == p.op->stream && q.op->args.kind == coll::CollKind::kSendRecv;
     });
     if (it == ops.end()) {
       ops.push_back(std::move(p));
@@ -296,7 +326,10 @@ Status groupEnd() {
   std::vector<std::shared_ptr<Op>> waits;
   for (auto& p : ops) {
     Status st;
-    if (p.op->args.kind == coll::CollKind::kSendRecv) st = pairSelf(*p.op, p.comm->rank());
+    if (p.op->args.kind == coll::CollKind::kSendRecv) {
+      st = pairSelf(*p.op, p.comm->rank());
+      if (!st.ok()) p.comm->releaseP2pSeqs(p.op->args.p2p);
+    }
     if (st.ok()) st = submit(p.comm, p.op);
     if (!st.ok()) {
       if (first.ok()) first = st;

@@ -11,6 +11,7 @@
 #include "common/strings.h"
 #include "hetcomm/hetcomm.h"
 #include "topology/host_identity.h"
+#include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
 namespace hetcomm::comm {
@@ -23,14 +24,14 @@ namespace {
 
 constexpr size_t kMaxCachedPlans = 256;
 
-// What every rank publishes at init.
+// What every rank publishes at init: where it runs, what it forces, and how each transport reaches it.
 struct PeerInfo {
-  std::string hostId, hostName;
+  std::string hostId, hostName, forced;
   int pid = 0;
-  std::vector<std::byte> blob;
+  std::vector<std::byte> tcpBlob, shmBlob;
 };
 
-void putString(std::vector<std::byte>& out, const std::string& s) {
+void putString(std::vector<std::byte>& out, std::string_view s) {
   uint32_t n = static_cast<uint32_t>(s.size());
   auto* p = reinterpret_cast<const std::byte*>(&n);
   out.insert(out.end(), p, p + 4);
@@ -48,23 +49,33 @@ bool getString(std::span<const std::byte>& in, std::string* s) {
   return true;
 }
 
+std::string_view asText(const std::vector<std::byte>& b) {
+  return {reinterpret_cast<const char*>(b.data()), b.size()};
+}
+
 std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
-  putString(out, p.hostId);
-  putString(out, p.hostName);
-  putString(out, std::to_string(p.pid));
-  out.insert(out.end(), p.blob.begin(), p.blob.end());
+  for (std::string_view field : {std::string_view(p.hostId), std::string_view(p.hostName),
+                                 std::string_view(p.forced), std::string_view(std::to_string(p.pid)),
+                                 asText(p.tcpBlob), asText(p.shmBlob)})
+    putString(out, field);
   return out;
 }
 
 Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   PeerInfo p;
   std::span<const std::byte> in(raw);
-  std::string pid;
-  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &pid))
+  std::string pid, tcp, shm;
+  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &p.forced) ||
+      !getString(in, &pid) || !getString(in, &tcp) || !getString(in, &shm))
     return remoteError("rank %d published a malformed peer record", rank);
   p.pid = std::atoi(pid.c_str());
-  p.blob.assign(in.begin(), in.end());
+  auto bytes = [](const std::string& s) {
+    auto* b = reinterpret_cast<const std::byte*>(s.data());
+    return std::vector<std::byte>(b, b + s.size());
+  };
+  p.tcpBlob = bytes(tcp);
+  p.shmBlob = bytes(shm);
   return p;
 }
 
@@ -119,9 +130,11 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
   HC_ASSIGN_OR_RETURN(store_, StoreClient::connect(id.addr, id.port, id.secret, deadline));
 
+  // Both transports listen; after the exchange each pair uses one of them, chosen the same way at both ends from
+  // the same data: shared memory between ranks of one host, TCP between hosts (HETCOMM_TRANSPORT forces one).
   const std::string& forced = transportName();
-  if (!forced.empty() && forced != "tcp")
-    return invalidArgument("HETCOMM_TRANSPORT=%s: this build has only the tcp transport", forced.c_str());
+  if (!forced.empty() && forced != "tcp" && forced != "shm")
+    return invalidArgument("HETCOMM_TRANSPORT=%s: this build has tcp and shm", forced.c_str());
   transport::Config tc;
   tc.rank = rank_;
   tc.nranks = nranks_;
@@ -130,37 +143,70 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   tc.timeoutSec = options_.timeoutSec;
   tc.hostId = topo::hostIdentity();
   HC_ASSIGN_OR_RETURN(auto tcp, transport::tcp::TcpTransport::create(tc));
-  transport_ = std::move(tcp);
-  HC_ASSIGN_OR_RETURN(auto blob, transport_->listen());
+  std::unique_ptr<transport::shm::ShmTransport> shm;
+  PeerInfo me{tc.hostId, topo::hostName(), forced, static_cast<int>(getpid())};
+  HC_ASSIGN_OR_RETURN(me.tcpBlob, tcp->listen());
+  if (forced != "tcp") {
+    HC_ASSIGN_OR_RETURN(shm, transport::shm::ShmTransport::create(tc));
+    HC_ASSIGN_OR_RETURN(me.shmBlob, shm->listen());
+  }
 
-  PeerInfo me{tc.hostId, topo::hostName(), static_cast<int>(getpid()), std::move(blob)};
   HC_ASSIGN_OR_RETURN(auto raw, store_->allGather(keyPrefix() + "/peers", rank_, nranks_, encodePeer(me), deadline));
   std::vector<PeerInfo> peers(nranks_);
-  std::vector<std::vector<std::byte>> blobs(nranks_);
+  std::vector<std::vector<std::byte>> tcpBlobs(nranks_), shmBlobs(nranks_);
   std::vector<std::string> hosts;
+  int shmPeers = 0, tcpPeers = 0;
   for (int p = 0; p < nranks_; ++p) {
     HC_ASSIGN_OR_RETURN(peers[p], decodePeer(raw[p], p));
-    if (p != rank_) blobs[p] = peers[p].blob;
+    if (peers[p].forced != forced)
+      return invalidUsage("HETCOMM_TRANSPORT is '%s' on rank %d but '%s' on rank %d: it must be the same everywhere",
+                          forced.c_str(), rank_, peers[p].forced.c_str(), p);
     if (std::find(hosts.begin(), hosts.end(), peers[p].hostId) == hosts.end()) hosts.push_back(peers[p].hostId);
+    if (p == rank_) continue;
+    const bool sameHost = peers[p].hostId == tc.hostId;
+    if (forced == "shm" && !sameHost)
+      return invalidUsage("HETCOMM_TRANSPORT=shm, but rank %d is on another host (%s): shm reaches this host only", p,
+                          peers[p].hostName.c_str());
+    if (sameHost && forced != "tcp") {
+      shmBlobs[p] = peers[p].shmBlob;
+      ++shmPeers;
+    } else {
+      tcpBlobs[p] = peers[p].tcpBlob;
+      ++tcpPeers;
+    }
   }
-  HC_ASSIGN_OR_RETURN(conns_, transport_->connectAll(blobs, deadline));
+  conns_.resize(nranks_);
+  // Every rank connects shm first, then tcp: the same order everywhere, so no two ranks wait on each other crosswise.
+  if (shm) {
+    HC_ASSIGN_OR_RETURN(auto c, shm->connectAll(shmBlobs, deadline));
+    for (int p = 0; p < nranks_; ++p)
+      if (c[p]) conns_[p] = std::move(c[p]);
+    if (shmPeers) transports_.push_back(std::move(shm));
+  }
+  {
+    HC_ASSIGN_OR_RETURN(auto c, tcp->connectAll(tcpBlobs, deadline));
+    for (int p = 0; p < nranks_; ++p)
+      if (c[p]) conns_[p] = std::move(c[p]);
+    if (tcpPeers) transports_.push_back(std::move(tcp));
+  }
   connPtrs_.resize(nranks_);
   for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
-  waitFd_ = transport_->waitFd();
-  HC_TRY(Engine::get().attach(this, waitFd_));
+  for (auto& t : transports_) waitFds_.push_back(t->waitFd());
+  HC_TRY(Engine::get().attach(this, waitFds_));
   attached_ = true;
   setState(kReady);
   if (rank_ == 0 || log::enabled(log::kTrace, log::kInit))
-    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx, transport %s to every peer, chunk %s, algo %s",
+    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx; same host: %s to %d peer%s; other hosts: tcp to %d "
+                  "peer%s%s; chunk %s, algo %s",
             nranks_, hosts.size(), hosts.size() == 1 ? "" : "s", (unsigned long long)commId_,
-            transport_->properties().name.c_str(), humanBytes(chunkBytes_).c_str(),
-            forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
+            forced == "tcp" ? "tcp" : "shm", shmPeers + (forced == "tcp" ? 0 : 0), shmPeers == 1 ? "" : "s",
+            tcpPeers, tcpPeers == 1 ? "" : "s", forced.empty() ? "" : (" (HETCOMM_TRANSPORT=" + forced + ")").c_str(),
+            humanBytes(chunkBytes_).c_str(), forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
   for (int p = 0; p < nranks_; ++p)
-    if (conns_[p])
-      HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
-               conns_[p]->describe().c_str());
+    if (conns_[p]) HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
+                            conns_[p]->describe().c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
 }
@@ -225,6 +271,11 @@ uint64_t Communicator::nextCollectiveSeq() {
   std::lock_guard<std::mutex> lock(mu_);
   collSeq_ = collSeq_ >= 0x7fffffffull ? 1 : collSeq_ + 1;
   return collSeq_;
+}
+
+void Communicator::releaseP2pSeqs(const std::vector<coll::P2pOp>& ops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& p : ops) --(p.isSend ? sendSeq_ : recvSeq_)[p.peer];
 }
 
 uint32_t Communicator::nextP2pSeq(int peer, bool send) {
@@ -315,7 +366,7 @@ Status Communicator::checkDescriptor(const Op& mine, std::span<const std::byte> 
 Status Communicator::startOp(const std::shared_ptr<Op>& op) {
   HC_ASSIGN_OR_RETURN(auto plan, planFor(*op));
   if (plan->scratchBytes > scratchBytes_) {
-    scratch_.reset(new (std::align_val_t(64)) std::byte[plan->scratchBytes]);
+    scratch_ = ScratchPtr(static_cast<std::byte*>(::operator new[](plan->scratchBytes, std::align_val_t(64))));
     scratchBytes_ = plan->scratchBytes;
   }
   std::vector<std::byte*> bufs = {static_cast<std::byte*>(const_cast<void*>(op->send)),
@@ -359,27 +410,39 @@ bool Communicator::progressOnce() {
       if (!queue_.empty() && (!queue_.front()->after || queue_.front()->after->finished())) {
         current_ = std::move(queue_.front());
         queue_.pop_front();
+        current_->after.reset();  // ordering done: keeping it would chain every op of the stream alive
         busy_ = true;
       }
     }
     if (!current_) {
       // Nothing to run, but peers may already be sending for the next operation: drain the sockets into
       // early-arrival buffers, or their readiness would wake the engine forever.
-      if (Status st = transport_->progress(); !st.ok()) fail(st);
+      if (Status st = progressTransports(); !st.ok()) fail(st);
       return false;
     }
     moved = true;
-    if (Status st = startOp(current_); !st.ok()) {
+    Status st;
+    try {
+      st = startOp(current_);
+    } catch (const std::exception& e) {  // bad_alloc for an absurd size: fail the communicator, not the process
+      st = systemError("cannot start the operation: %s", e.what());
+    }
+    if (!st.ok()) {
       fail(Status(st.code(), format("rank %d: %s: %s", rank_, current_->args.describe().c_str(),
                                     std::string(st.message()).c_str())));
       return true;
     }
   }
-  if (Status st = transport_->progress(); !st.ok()) {
+  if (Status st = progressTransports(); !st.ok()) {
     fail(st);
     return true;
   }
-  auto done = exec_->advance(&moved);
+  Result<bool> done = false;
+  try {
+    done = exec_->advance(&moved);
+  } catch (const std::exception& e) {
+    done = systemError("%s", e.what());
+  }
   const Op& op = *current_;
   if (!done) {
     fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, op.args.describe().c_str(),
@@ -408,7 +471,12 @@ void Communicator::setBusy(bool busy) {
   busy_ = busy;
 }
 
-Deadline Communicator::deadline() const { return currentDeadline_; }
+Deadline Communicator::deadline() const { return current_ ? currentDeadline_ : Deadline::never(); }
+
+Status Communicator::progressTransports() {
+  for (auto& t : transports_) HC_TRY(t->progress());
+  return okStatus();
+}
 
 void Communicator::closeConnections(const Status& why) {
   for (auto& c : conns_)
@@ -448,13 +516,13 @@ Status Communicator::destroy() {
   if (initThread.joinable()) initThread.join();
   if (attached_) {
     Engine::get().waitUntil([this] { return idle(); });
-    Engine::get().detach(this, waitFd_);
+    Engine::get().detach(this, waitFds_);
     attached_ = false;
   }
   closeConnections(invalidUsage("rank %d destroyed the communicator", rank_));
   conns_.clear();
   connPtrs_.clear();
-  transport_.reset();
+  transports_.clear();
   store_.reset();
   return okStatus();
 }
@@ -462,7 +530,7 @@ Status Communicator::destroy() {
 void Communicator::abort() {
   if (initThread.joinable()) initThread.join();
   if (attached_) {
-    Engine::get().detach(this, waitFd_);
+    Engine::get().detach(this, waitFds_);
     attached_ = false;
   }
   // The engine no longer runs this communicator: this thread fails what is left.
@@ -479,7 +547,7 @@ void Communicator::abort() {
   for (auto& op : drop) finishOp(op, why);
   conns_.clear();
   connPtrs_.clear();
-  transport_.reset();
+  transports_.clear();
   store_.reset();
 }
 

@@ -45,6 +45,9 @@ class Communicator {
   Status enqueue(std::shared_ptr<Op> op);
   uint64_t nextCollectiveSeq();
   uint32_t nextP2pSeq(int peer, bool send);
+  // Gives back the sequence numbers of point-to-point calls that were refused before being queued (the last ones
+  // taken for those peers), so later calls still pair up with the peers' calls.
+  void releaseP2pSeqs(const std::vector<coll::P2pOp>& ops);
 
   Status finalize();
   // Waits for queued work (bounded by the timeout), then leaves the engine and closes everything.
@@ -85,6 +88,7 @@ class Communicator {
   std::vector<std::byte> descriptor(const Op& op) const;
   Status checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const;
   void closeConnections(const Status& why);
+  Status progressTransports();
 
   const int rank_, nranks_;
   CommOptions options_;
@@ -92,10 +96,10 @@ class Communicator {
   uint64_t commId_ = 0;
   UniqueIdContent id_;
   std::unique_ptr<StoreClient> store_;
-  std::unique_ptr<transport::Transport> transport_;
-  std::vector<std::unique_ptr<transport::Connection>> conns_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;  // those that serve at least one peer
+  std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank
   std::vector<transport::Connection*> connPtrs_;
-  int waitFd_ = -1;
+  std::vector<int> waitFds_;
   bool attached_ = false;
   bool hostsStore_ = false;
 
@@ -113,7 +117,11 @@ class Communicator {
   std::shared_ptr<Op> current_;
   std::unique_ptr<coll::Executor> exec_;
   Deadline currentDeadline_ = Deadline::never();
-  std::unique_ptr<std::byte[]> scratch_;
+  struct AlignedDelete {
+    void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  using ScratchPtr = std::unique_ptr<std::byte[], AlignedDelete>;
+  ScratchPtr scratch_;
   size_t scratchBytes_ = 0;
   std::unordered_map<std::string, std::shared_ptr<const coll::Schedule>> plans_;
   std::string forcedAlgo_;

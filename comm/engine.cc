@@ -34,8 +34,9 @@ Engine::Engine() {
   thread_.detach();
 }
 
-Status Engine::attach(Communicator* comm, int fd) {
-  if (fd >= 0) {
+Status Engine::attach(Communicator* comm, const std::vector<int>& fds) {
+  for (int fd : fds) {
+    if (fd < 0) continue;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.fd = fd;
@@ -49,12 +50,13 @@ Status Engine::attach(Communicator* comm, int fd) {
   return okStatus();
 }
 
-void Engine::detach(Communicator* comm, int fd) {
+void Engine::detach(Communicator* comm, const std::vector<int>& fds) {
   {
     std::lock_guard<std::mutex> lock(commsMu_);
     comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
   }
-  if (fd >= 0) epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);
+  for (int fd : fds)
+    if (fd >= 0) epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);
   // A pass that started before the erase may still hold comm: wait for it to end.
   std::lock_guard<std::mutex> pass(passMu_);
 }

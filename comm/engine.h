@@ -23,10 +23,10 @@ class Engine {
  public:
   static Engine& get();
 
-  // The engine starts calling comm->progressOnce(); fd (the transport's waitFd, or -1) joins the epoll set.
-  Status attach(Communicator* comm, int fd);
+  // The engine starts calling comm->progressOnce(); fds (its transports' waitFds) join the epoll set.
+  Status attach(Communicator* comm, const std::vector<int>& fds);
   // Blocks until the engine will never touch comm again.
-  void detach(Communicator* comm, int fd);
+  void detach(Communicator* comm, const std::vector<int>& fds);
   void wake();
 
   // Waits until pred() holds; pred is re-checked whenever an operation finishes.

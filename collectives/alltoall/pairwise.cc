@@ -1,5 +1,5 @@
 // Pairwise all-to-all: block j goes to rank j, every exchange posted at once (the transport interleaves them).
-// In place, a block may only be overwritten by its incoming data once it has been sent.
+// In place, outgoing blocks are staged in scratch first (see plan()).
 #include "collectives/algorithm_list.h"
 
 namespace hetcomm::coll {
@@ -21,15 +21,27 @@ class PairwiseAlltoAll final : public Algorithm {
     const int n = g.nranks, r = g.rank;
     const size_t block = a.count * kernels::sizeOf(a.dtype);
     copyUnlessSame(s, {Buf::kRecv, r * block, block}, {Buf::kSend, r * block, block}, a.inPlace);
-    std::vector<uint32_t> sendTo(n);
+    // In place, an incoming block overwrites the outgoing one of the same peer. Waiting for that send to finish
+    // would deadlock on a transport whose large sends complete only when the peer receives (single-copy
+    // rendezvous): the peer waits the same way. So outgoing blocks are first copied to scratch, and a receive
+    // waits only for the copy of the block it overwrites.
+    std::vector<uint32_t> staged(n);
+    if (a.inPlace) s.scratchBytes = (n - 1) * block;
     for (int k = 1; k < n; ++k) {
-      int to = (r + k) % n;
-      sendTo[to] = s.send(to, 0, {Buf::kSend, to * block, block});
+      const int to = (r + k) % n;
+      Slice src{Buf::kSend, to * block, block};
+      if (!a.inPlace) {
+        s.send(to, 0, src);
+        continue;
+      }
+      Slice scratch{Buf::kScratch, (k - 1) * block, block};
+      staged[to] = s.copy(scratch, src);
+      s.steps[s.send(to, 0, scratch)].dependOn(staged[to]);
     }
     for (int k = 1; k < n; ++k) {
-      int from = (r - k + n) % n;
+      const int from = (r - k + n) % n;
       uint32_t rcv = s.recv(from, 0, {Buf::kRecv, from * block, block});
-      if (a.inPlace) s.steps[rcv].dependOn(sendTo[from]);
+      if (a.inPlace) s.steps[rcv].dependOn(staged[from]);
     }
     return s;
   }

@@ -1,6 +1,7 @@
 // sim_transport.h: an in-memory transport for tests. Connections of one SimHub deliver messages by copying
-// between ranks' buffers in the same thread, with the real matching rules (tag, exact size), so schedules and
-// the executor run for 1..64 ranks in milliseconds without sockets (Gloo's and UCC's habit).
+// between ranks' buffers in the same thread, with the real matching rules (tag, exact size) and rendezvous
+// completion, so schedules and the executor run for 1..64 ranks in milliseconds without sockets (Gloo's and
+// UCC's habit).
 #pragma once
 
 #include <cstring>
@@ -23,7 +24,11 @@ class SimHub {
     transport::Request* req;
     std::span<std::byte> buf;
   };
-  std::map<Key, std::vector<std::byte>> unexpected;
+  struct Waiting {  // a send whose receive is not posted yet
+    transport::Request* req;
+    std::span<const std::byte> data;
+  };
+  std::map<Key, Waiting> waiting;
   std::map<Key, Posted> posted;
   size_t messages = 0;
 };
@@ -33,27 +38,32 @@ class SimConnection final : public transport::Connection {
   SimConnection(SimHub* hub, int me, int peer) : hub_(hub), me_(me), peer_(peer) {}
   int peer() const override { return peer_; }
 
+  // Rendezvous: a send completes only once its receive has taken the data, the strictest behaviour a transport
+  // may have (shm's single-copy path). A schedule that needs eager sends deadlocks here and fails the test.
   Status isend(transport::Request& req, std::span<const std::byte> buf, uint64_t tag) override {
     ++hub_->messages;
     SimHub::Key key{me_, peer_, tag};
+    req.state = transport::Request::State::kPending;
     if (auto it = hub_->posted.find(key); it != hub_->posted.end()) {
       deliver(*it->second.req, it->second.buf, buf);
       hub_->posted.erase(it);
+      req.state = transport::Request::State::kDone;
+      req.bytes = buf.size();
     } else {
-      if (hub_->unexpected.count(key)) return internalError("tag %#llx sent twice", (unsigned long long)tag);
-      hub_->unexpected[key].assign(buf.begin(), buf.end());
+      if (hub_->waiting.count(key)) return internalError("tag %#llx sent twice", (unsigned long long)tag);
+      hub_->waiting[key] = {&req, buf};
     }
-    req.state = transport::Request::State::kDone;
-    req.bytes = buf.size();
     return okStatus();
   }
 
   Status irecv(transport::Request& req, std::span<std::byte> buf, uint64_t tag) override {
     req.state = transport::Request::State::kPending;
     SimHub::Key key{peer_, me_, tag};
-    if (auto it = hub_->unexpected.find(key); it != hub_->unexpected.end()) {
-      deliver(req, buf, it->second);
-      hub_->unexpected.erase(it);
+    if (auto it = hub_->waiting.find(key); it != hub_->waiting.end()) {
+      deliver(req, buf, it->second.data);
+      it->second.req->state = transport::Request::State::kDone;
+      it->second.req->bytes = it->second.data.size();
+      hub_->waiting.erase(it);
     } else {
       if (hub_->posted.count(key)) return internalError("receive tag %#llx posted twice", (unsigned long long)tag);
       hub_->posted[key] = {&req, buf};

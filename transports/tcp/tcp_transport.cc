@@ -414,7 +414,9 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
       tcp::socket& s = *st.socks[p][k];
       auto protocol = s.local_endpoint(ec).protocol();
       tcp::socket moved(io_);
-      moved.assign(protocol, s.release(), ec);
+      int fd = s.release();
+      moved.assign(protocol, fd, ec);
+      if (ec) ::close(fd);  // assign took no ownership
       if (!ec) moved.non_blocking(true, ec);
       if (!ec) moved.set_option(tcp::no_delay(true), ec);
       if (ec) return systemError("tcp: socket set-up for rank %d: %s", p, ec.message().c_str());

@@ -1,0 +1,726 @@
+#include "transports/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/strings.h"
+
+namespace hetcomm::transport::shm {
+
+HC_PARAM_INT(cmaBytesParam, "SHM_CMA_BYTES", 256 << 10)
+
+namespace {
+
+constexpr uint32_t kSegMagic = 0x4d534348;  // "HCSM"
+constexpr size_t kRingBytes = 1 << 20;      // per direction
+constexpr size_t kMaxChunk = kRingBytes / 4;  // a frame's payload: a frame is written only when it fits whole
+// How long a receiver polls before it arms its wake-up flag and lets the engine sleep. Time, not iterations:
+// `pause` costs from 10 to 140 cycles depending on the CPU.
+constexpr auto kSpin = std::chrono::microseconds(4);
+
+// ---- shared layout ----
+struct alignas(64) Ring {
+  std::atomic<uint64_t> head;  // bytes produced (sender)
+  char pad0[56];
+  std::atomic<uint64_t> tail;  // bytes consumed (receiver)
+  char pad1[56];
+  std::atomic<uint32_t> receiverWaiting;  // the receiver may sleep: wake it after producing
+  std::atomic<uint32_t> senderWaiting;    // the sender waits for space: wake it after consuming
+  char pad2[56];
+  std::byte data[kRingBytes];
+};
+struct alignas(64) Segment {
+  uint32_t magic;
+  std::atomic<uint32_t> attached;   // the higher rank has it mapped: the lower may unlink
+  std::atomic<int32_t> canRead[2];  // side s can process_vm_readv from the other side (-1 not known yet)
+  char pad[48];
+  Ring ring[2];  // ring[0]: lower -> higher, ring[1]: higher -> lower
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
+
+struct FrameHeader {
+  enum Kind : uint32_t { kData = 1, kCma = 2, kAck = 3, kAbort = 4 };
+  uint32_t kind;
+  uint32_t len;     // payload bytes following (kData, kAbort)
+  uint64_t tag;
+  uint64_t total;   // message bytes
+  uint64_t offset;  // kData: of this chunk; kCma: the sender's address
+};
+static_assert(sizeof(FrameHeader) == 32);
+
+// ---- blob ----
+struct Blob {
+  std::string host;
+  int pid = 0;
+  uint64_t nonce = 0;       // names this rank's segments and socket
+  uint64_t probeAddr = 0;   // a word peers read to test cross-memory attach
+};
+
+std::vector<std::byte> encode(const Blob& b) {
+  std::string t = format("hcshm=1\nhost=%s\npid=%d\nnonce=%llx\nprobe=%llx\n", b.host.c_str(), b.pid,
+                         (unsigned long long)b.nonce, (unsigned long long)b.probeAddr);
+  auto* p = reinterpret_cast<const std::byte*>(t.data());
+  return {p, p + t.size()};
+}
+
+Result<Blob> decode(std::span<const std::byte> raw, int peer) {
+  std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());
+  Blob b;
+  bool ok = false;
+  for (const auto& line : split(text, '\n')) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    if (k == "hcshm") ok = v == "1";
+    else if (k == "host") b.host = v;
+    else if (k == "pid") b.pid = std::atoi(v.c_str());
+    else if (k == "nonce") b.nonce = std::strtoull(v.c_str(), nullptr, 16);
+    else if (k == "probe") b.probeAddr = std::strtoull(v.c_str(), nullptr, 16);
+  }
+  if (!ok || b.pid <= 0) return remoteError("rank %d's shm blob is malformed", peer);
+  return b;
+}
+
+sockaddr_un notifyAddress(uint64_t nonce, int rank, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  // Abstract namespace (leading NUL): vanishes with the socket, nothing on the file system to clean up.
+  int n = std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "hetcomm-shm-%016llx-%d", (unsigned long long)nonce,
+                        rank);
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return a;
+}
+
+std::string segmentName(uint64_t commId, uint64_t lowNonce, int lo, int hi) {
+  return format("/hetcomm-%016llx-%016llx-%d-%d", (unsigned long long)commId, (unsigned long long)lowNonce, lo, hi);
+}
+
+void finish(Request* r, size_t bytes) {
+  r->state = Request::State::kDone;
+  r->bytes = bytes;
+}
+void failReq(Request* r, const Status& why) {
+  if (r->finished()) return;
+  r->state = Request::State::kFailed;
+  r->error = why;
+}
+
+}  // namespace
+
+// ---- one peer ----
+
+class ShmConnection final : public Connection {
+ public:
+  ShmConnection(ShmTransport::Impl* t, int me, int peer, int side, Segment* seg, size_t segBytes, int peerPid,
+                bool cmaOut, bool cmaIn, sockaddr_un peerAddr, socklen_t peerAddrLen, int pidfd)
+      : t_(t), me_(me), peer_(peer), side_(side), seg_(seg), segBytes_(segBytes), peerPid_(peerPid),
+        cmaOut_(cmaOut), cmaIn_(cmaIn), peerAddr_(peerAddr), peerAddrLen_(peerAddrLen), pidfd_(pidfd),
+        out_(seg->ring[side]), in_(seg->ring[1 - side]) {}
+  ~ShmConnection() override;
+
+  int peer() const override { return peer_; }
+  int pidfd() const { return pidfd_; }
+  std::string describe() const override {
+    return format("r%d->r%d/shm(%s)", me_, peer_, cmaOut_ ? "ring + cross-memory attach" : "ring");
+  }
+
+  Status isend(Request& req, std::span<const std::byte> buf, uint64_t tag) override;
+  Status irecv(Request& req, std::span<std::byte> buf, uint64_t tag) override;
+  void sendAbort(std::string_view reason) noexcept override;
+  void close(const Status& why) noexcept override { fail(why); }
+
+  // Moves what can move; true when anything did.
+  bool progress();
+  bool hasInput() const {
+    return broken_.ok() && in_.head.load(std::memory_order_acquire) != in_.tail.load(std::memory_order_relaxed);
+  }
+  // About to sleep: raise the wake-up flag, then look once more (a peer that wrote before seeing the flag).
+  bool armAndRecheck();
+  void peerExited();
+
+ private:
+  struct Out {
+    FrameHeader::Kind kind;
+    Request* req;  // null for acks and aborts
+    uint64_t tag, total;
+    const std::byte* data;
+    size_t sent = 0;  // payload bytes framed so far
+    std::string text; // abort reason
+  };
+  struct Inbound {
+    Request* req = nullptr;
+    std::span<std::byte> user;
+    bool haveHeader = false, intoUser = false, complete = false, discard = false;
+    bool cma = false;  // the data waits in the sender's memory at remote
+    uint64_t remote = 0, total = 0, received = 0;
+    std::unique_ptr<std::byte[]> buf;
+    std::byte* base() { return intoUser ? user.data() : buf.get(); }
+  };
+
+  bool flushOut();
+  bool readIn();
+  void handleData(const FrameHeader& h, uint64_t payloadPos);
+  void pull(uint64_t tag, Inbound& in);  // cross-memory attach into the posted buffer, then ack
+  void finishInbound(uint64_t tag, Inbound& in);
+  void copyOutOfRing(std::byte* dst, uint64_t pos, size_t n);
+  void copyIntoRing(uint64_t pos, const void* src, size_t n);
+  void notifyPeer();
+  void fail(const Status& why);
+  Status gone() const;
+
+  ShmTransport::Impl* t_;
+  int me_, peer_, side_;
+  Segment* seg_;
+  size_t segBytes_;
+  int peerPid_;
+  bool cmaOut_, cmaIn_;  // the peer may pull from us / we may pull from the peer
+  sockaddr_un peerAddr_;
+  socklen_t peerAddrLen_;
+  int pidfd_;
+  Ring& out_;
+  Ring& in_;
+  std::deque<Out> outq_;
+  std::unordered_map<uint64_t, Request*> awaitingAck_;
+  std::unordered_map<uint64_t, Inbound> inbound_;
+  Status broken_;
+  bool peerExited_ = false;
+  std::string abortReason_;
+};
+
+struct ShmTransport::Impl {
+  Config cfg;
+  int epollFd = -1;
+  int notifyFd = -1;
+  uint64_t nonce = 0;
+  size_t cmaBytes = 0;
+  alignas(64) volatile uint64_t probeWord = 0x6865746361726d21ull;  // peers read it to test cross-memory attach
+  std::vector<ShmConnection*> conns;  // owned by the communicator
+  std::vector<std::string> pendingUnlink;  // segments created but not yet unlinked (error paths)
+};
+
+ShmConnection::~ShmConnection() {
+  close(invalidUsage("connection to rank %d closed", peer_));
+  std::erase(t_->conns, this);
+  if (pidfd_ >= 0) {
+    epoll_ctl(t_->epollFd, EPOLL_CTL_DEL, pidfd_, nullptr);
+    ::close(pidfd_);
+  }
+  munmap(seg_, segBytes_);
+}
+
+// ---- ring I/O ----
+
+void ShmConnection::copyIntoRing(uint64_t pos, const void* src, size_t n) {
+  size_t at = pos % kRingBytes, first = std::min(n, kRingBytes - at);
+  std::memcpy(out_.data + at, src, first);
+  if (n > first) std::memcpy(out_.data, static_cast<const std::byte*>(src) + first, n - first);
+}
+
+void ShmConnection::copyOutOfRing(std::byte* dst, uint64_t pos, size_t n) {
+  size_t at = pos % kRingBytes, first = std::min(n, kRingBytes - at);
+  std::memcpy(dst, in_.data + at, first);
+  if (n > first) std::memcpy(dst + first, in_.data, n - first);
+}
+
+void ShmConnection::notifyPeer() {
+  char b = 1;
+  // A full socket buffer means the peer has wake-ups pending already.
+  ::sendto(t_->notifyFd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL, reinterpret_cast<const sockaddr*>(&peerAddr_),
+           peerAddrLen_);
+}
+
+bool ShmConnection::flushOut() {
+  bool moved = false;
+  while (!outq_.empty() && broken_.ok()) {
+    Out& o = outq_.front();
+    size_t payload = o.kind == FrameHeader::kData ? std::min<size_t>(o.total - o.sent, kMaxChunk)
+                     : o.kind == FrameHeader::kAbort ? o.text.size()
+                                                     : 0;
+    const uint64_t head = out_.head.load(std::memory_order_relaxed);
+    uint64_t tail = out_.tail.load(std::memory_order_acquire);
+    if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) {
+      // Full: ask to be woken when the peer consumes, then look again (it may have consumed meanwhile).
+      out_.senderWaiting.store(1, std::memory_order_seq_cst);
+      tail = out_.tail.load(std::memory_order_seq_cst);
+      if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) break;
+      out_.senderWaiting.store(0, std::memory_order_relaxed);
+    }
+    FrameHeader h{static_cast<uint32_t>(o.kind), static_cast<uint32_t>(payload), o.tag, o.total, 0};
+    if (o.kind == FrameHeader::kData) h.offset = o.sent;
+    if (o.kind == FrameHeader::kCma) h.offset = reinterpret_cast<uint64_t>(o.data);
+    copyIntoRing(head, &h, sizeof(h));
+    if (o.kind == FrameHeader::kData && payload) copyIntoRing(head + sizeof(h), o.data + o.sent, payload);
+    if (o.kind == FrameHeader::kAbort) copyIntoRing(head + sizeof(h), o.text.data(), payload);
+    out_.head.store(head + sizeof(h) + payload, std::memory_order_seq_cst);
+    if (out_.receiverWaiting.exchange(0, std::memory_order_seq_cst)) notifyPeer();
+    moved = true;
+    o.sent += payload;
+    if (o.kind == FrameHeader::kData && o.sent < o.total) continue;
+    if (o.kind == FrameHeader::kData) finish(o.req, o.total);  // copied out of the caller's buffer
+    if (o.kind == FrameHeader::kCma) {
+      o.req->bytes = o.total;  // reported when the receiver's acknowledgement completes it
+      awaitingAck_[o.tag] = o.req;
+    }
+    outq_.pop_front();
+  }
+  return moved;
+}
+
+Status ShmConnection::isend(Request& req, std::span<const std::byte> buf, uint64_t tag) {
+  req.state = Request::State::kPending;
+  req.bytes = 0;
+  if (!broken_.ok() || peerExited_) {
+    failReq(&req, broken_.ok() ? gone() : broken_);
+    return okStatus();
+  }
+  bool cma = cmaOut_ && t_->cmaBytes > 0 && buf.size() >= t_->cmaBytes;
+  outq_.push_back({cma ? FrameHeader::kCma : FrameHeader::kData, &req, tag, buf.size(), buf.data()});
+  flushOut();
+  return okStatus();
+}
+
+void ShmConnection::sendAbort(std::string_view reason) noexcept {
+  if (!broken_.ok() || peerExited_) return;
+  // Behind frames already queued, so it never cuts one in half.
+  Out o{FrameHeader::kAbort, nullptr, 0, 0, nullptr};
+  o.text = std::string(reason.substr(0, 1024));
+  outq_.push_back(std::move(o));
+  flushOut();
+}
+
+// ---- receiving ----
+
+Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag) {
+  req.state = Request::State::kPending;
+  req.bytes = 0;
+  auto it = inbound_.find(tag);
+  if (it != inbound_.end()) {
+    Inbound& in = it->second;
+    if (in.req || in.discard)
+      return internalError("shm: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
+                           peer_);
+    if (in.total != buf.size()) {
+      failReq(&req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls made "
+                                 "with different counts?",
+                                 peer_, (unsigned long long)in.total, (unsigned long long)tag, me_, buf.size()));
+      if (in.cma) {  // let the sender go: its buffer is not read
+        outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
+        inbound_.erase(it);
+        flushOut();
+      } else if (in.complete) {
+        inbound_.erase(it);
+      } else {
+        in.discard = true;
+      }
+      return okStatus();
+    }
+    in.req = &req;
+    in.user = buf;
+    if (in.cma) pull(tag, in);
+    else if (in.complete) finishInbound(tag, in);
+    return okStatus();
+  }
+  if (!broken_.ok() || peerExited_) {
+    failReq(&req, broken_.ok() ? gone() : broken_);
+    return okStatus();
+  }
+  Inbound& in = inbound_[tag];
+  in.req = &req;
+  in.user = buf;
+  return okStatus();
+}
+
+void ShmConnection::pull(uint64_t tag, Inbound& in) {
+  size_t done = 0;
+  while (done < in.total) {
+    iovec local{in.user.data() + done, in.total - done};
+    iovec remote{reinterpret_cast<void*>(in.remote + done), in.total - done};
+    ssize_t n = process_vm_readv(peerPid_, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      fail(n < 0 ? errnoStatus(errno, "shm: reading %llu bytes from rank %d (pid %d) by cross-memory attach",
+                               (unsigned long long)in.total, peer_, peerPid_)
+                 : remoteError("shm: rank %d's buffer vanished during cross-memory attach", peer_));
+      return;
+    }
+    done += static_cast<size_t>(n);
+  }
+  Request* req = in.req;
+  inbound_.erase(tag);
+  finish(req, done);
+  outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
+  flushOut();
+}
+
+void ShmConnection::finishInbound(uint64_t tag, Inbound& in) {
+  in.complete = true;
+  if (in.discard) {
+    inbound_.erase(tag);
+    return;
+  }
+  if (!in.req) return;  // arrived early: waits for its irecv
+  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
+  Request* req = in.req;
+  uint64_t total = in.total;
+  inbound_.erase(tag);
+  finish(req, total);
+}
+
+void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
+  Inbound& in = inbound_[h.tag];
+  if (!in.haveHeader) {
+    in.haveHeader = true;
+    in.total = h.total;
+    if (in.req && in.user.size() == h.total) {
+      in.intoUser = true;
+    } else {
+      if (in.req) {
+        failReq(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                                     "made with different counts?",
+                                     peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_,
+                                     in.user.size()));
+        in.req = nullptr;
+        in.discard = true;
+      }
+      in.buf.reset(new std::byte[h.total ? h.total : 1]);
+    }
+  }
+  if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
+    fail(remoteError("rank %d wrote a malformed shm frame (tag %#llx)", peer_, (unsigned long long)h.tag));
+    return;
+  }
+  if (h.len) copyOutOfRing(in.base() + h.offset, payloadPos, h.len);
+  in.received += h.len;
+  if (in.received == in.total) finishInbound(h.tag, in);
+}
+
+bool ShmConnection::readIn() {
+  bool moved = false;
+  uint64_t tail = in_.tail.load(std::memory_order_relaxed);
+  const uint64_t head = in_.head.load(std::memory_order_acquire);
+  while (tail < head && broken_.ok()) {
+    FrameHeader h;
+    copyOutOfRing(reinterpret_cast<std::byte*>(&h), tail, sizeof(h));
+    if (h.len > kMaxChunk || head - tail < sizeof(h) + h.len) {
+      fail(remoteError("rank %d wrote a malformed shm frame", peer_));
+      return true;
+    }
+    switch (h.kind) {
+      case FrameHeader::kData: handleData(h, tail + sizeof(h)); break;
+      case FrameHeader::kCma: {
+        Inbound& in = inbound_[h.tag];
+        in.cma = true;
+        in.haveHeader = true;
+        in.remote = h.offset;
+        in.total = h.total;
+        if (in.req) {
+          if (in.user.size() == h.total) {
+            pull(h.tag, in);
+          } else {
+            failReq(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
+                                         "calls made with different counts?",
+                                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_,
+                                         in.user.size()));
+            inbound_.erase(h.tag);
+            outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
+          }
+        }
+        break;
+      }
+      case FrameHeader::kAck: {
+        auto it = awaitingAck_.find(h.tag);
+        if (it != awaitingAck_.end()) {
+          finish(it->second, it->second->bytes);
+          awaitingAck_.erase(it);
+        }
+        break;
+      }
+      case FrameHeader::kAbort: {
+        abortReason_.resize(h.len);
+        copyOutOfRing(reinterpret_cast<std::byte*>(abortReason_.data()), tail + sizeof(h), h.len);
+        if (abortReason_.empty()) abortReason_ = "no reason given";
+        in_.tail.store(tail + sizeof(h) + h.len, std::memory_order_release);
+        fail(gone());
+        return true;
+      }
+      default: fail(remoteError("rank %d wrote an unknown shm frame kind %u", peer_, h.kind)); return true;
+    }
+    tail += sizeof(h) + h.len;
+    in_.tail.store(tail, std::memory_order_seq_cst);
+    if (in_.senderWaiting.exchange(0, std::memory_order_seq_cst)) notifyPeer();
+    moved = true;
+  }
+  return moved;
+}
+
+bool ShmConnection::progress() {
+  if (!broken_.ok()) return false;
+  in_.receiverWaiting.store(0, std::memory_order_relaxed);
+  bool any = false;
+  for (bool moved = true; moved && broken_.ok();) {
+    moved = readIn();
+    moved = flushOut() || moved;
+    any = any || moved;
+  }
+  return any;
+}
+
+bool ShmConnection::armAndRecheck() {
+  if (!broken_.ok()) return false;
+  in_.receiverWaiting.store(1, std::memory_order_seq_cst);
+  return in_.head.load(std::memory_order_seq_cst) != in_.tail.load(std::memory_order_relaxed);
+}
+
+Status ShmConnection::gone() const {
+  if (!abortReason_.empty()) return remoteError("rank %d aborted: %s", peer_, abortReason_.c_str());
+  return remoteError("rank %d (pid %d, same host) exited while rank %d still needed it", peer_, peerPid_, me_);
+}
+
+void ShmConnection::peerExited() {
+  if (peerExited_) return;
+  // A pidfd stays readable once its process is gone: stop watching it, or the engine would never sleep.
+  epoll_ctl(t_->epollFd, EPOLL_CTL_DEL, pidfd_, nullptr);
+  // Everything it wrote before exiting is in the ring: take that first.
+  progress();
+  peerExited_ = true;
+  Status why = gone();
+  for (auto it = inbound_.begin(); it != inbound_.end();) {
+    Inbound& in = it->second;
+    if (in.complete && !in.req && !in.cma) {
+      ++it;
+      continue;
+    }
+    if (in.req) failReq(in.req, why);
+    it = inbound_.erase(it);
+  }
+  for (auto& o : outq_)
+    if (o.req) failReq(o.req, why);
+  outq_.clear();
+  for (auto& [tag, req] : awaitingAck_) failReq(req, why);
+  awaitingAck_.clear();
+}
+
+void ShmConnection::fail(const Status& why) {
+  if (!broken_.ok()) return;
+  broken_ = why;
+  for (auto& [tag, in] : inbound_)
+    if (in.req) failReq(in.req, why);
+  inbound_.clear();
+  for (auto& o : outq_)
+    if (o.req) failReq(o.req, why);
+  outq_.clear();
+  for (auto& [tag, req] : awaitingAck_) failReq(req, why);
+  awaitingAck_.clear();
+}
+
+// ---- transport ----
+
+Result<std::unique_ptr<ShmTransport>> ShmTransport::create(const Config& config) {
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = config;
+  int64_t cma = cmaBytesParam();
+  if (cma < 0) return invalidArgument("HETCOMM_SHM_CMA_BYTES=%lld must be >= 0", (long long)cma);
+  impl->cmaBytes = static_cast<size_t>(cma);
+  HC_TRY(crypto::randomBytes({reinterpret_cast<uint8_t*>(&impl->nonce), sizeof(impl->nonce)}));
+  impl->notifyFd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (impl->notifyFd < 0) return errnoStatus(errno, "shm: socket(AF_UNIX)");
+  socklen_t len;
+  sockaddr_un addr = notifyAddress(impl->nonce, config.rank, &len);
+  if (::bind(impl->notifyFd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    Status st = errnoStatus(errno, "shm: bind of the wake-up socket");
+    ::close(impl->notifyFd);
+    return st;
+  }
+  auto t = std::unique_ptr<ShmTransport>(new ShmTransport(std::move(impl)));
+  if (t->epollFd_ < 0) return errnoStatus(errno, "shm: epoll_create1");
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.ptr = nullptr;  // the wake-up socket
+  if (epoll_ctl(t->epollFd_, EPOLL_CTL_ADD, t->impl_->notifyFd, &ev) != 0) return errnoStatus(errno, "shm: epoll_ctl");
+  return t;
+}
+
+ShmTransport::ShmTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {
+  props_.kind = Kind::kShm;
+  props_.name = "shm";
+  props_.reach = impl_->cfg.hostId;
+  props_.latencyUs = 1;
+  props_.bandwidthGBps = 10;
+  epollFd_ = epoll_create1(EPOLL_CLOEXEC);
+  impl_->epollFd = epollFd_;
+}
+
+ShmTransport::~ShmTransport() {
+  for (const auto& name : impl_->pendingUnlink) shm_unlink(name.c_str());
+  if (impl_->notifyFd >= 0) ::close(impl_->notifyFd);
+  if (epollFd_ >= 0) ::close(epollFd_);
+}
+
+Result<std::vector<std::byte>> ShmTransport::listen() {
+  Blob b{impl_->cfg.hostId, static_cast<int>(getpid()), impl_->nonce,
+         reinterpret_cast<uint64_t>(const_cast<uint64_t*>(&impl_->probeWord))};
+  return encode(b);
+}
+
+namespace {
+
+// Can this process read the peer's memory? (ptrace rules: same user, and Yama's ptrace_scope allows it.)
+bool probeCrossMemoryAttach(int pid, uint64_t addr) {
+  uint64_t word = 0;
+  iovec local{&word, sizeof(word)}, remote{reinterpret_cast<void*>(addr), sizeof(word)};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof(word) && word == 0x6865746361726d21ull;
+}
+
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
+    const std::vector<std::vector<std::byte>>& blobs, Deadline deadline) {
+  const Config& cfg = impl_->cfg;
+  const int n = cfg.nranks, me = cfg.rank;
+  std::vector<std::unique_ptr<Connection>> conns(n);
+  struct Pair {
+    int peer;
+    Blob blob;
+    Segment* seg = nullptr;
+    std::string name;
+  };
+  std::vector<Pair> pairs;
+  for (int p = 0; p < n; ++p) {
+    if (p == me || blobs[p].empty()) continue;
+    HC_ASSIGN_OR_RETURN(Blob b, decode(blobs[p], p));
+    if (b.host != cfg.hostId)
+      return invalidUsage("shm: rank %d is on host %s, not this host (%s)", p, b.host.c_str(), cfg.hostId.c_str());
+    pairs.push_back({p, b});
+  }
+  const size_t segBytes = sizeof(Segment);
+  // Lower rank creates, higher attaches; the name carries the creator's nonce so no other job can collide.
+  for (auto& pr : pairs) {
+    const bool low = me < pr.peer;
+    pr.name = segmentName(cfg.commId, low ? impl_->nonce : pr.blob.nonce, std::min(me, pr.peer), std::max(me, pr.peer));
+    if (!low) continue;
+    int fd = shm_open(pr.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) return errnoStatus(errno, "shm: shm_open(%s)", pr.name.c_str());
+    impl_->pendingUnlink.push_back(pr.name);
+    if (ftruncate(fd, static_cast<off_t>(segBytes)) != 0) {
+      Status st = errnoStatus(errno, "shm: cannot size %s to %s (is /dev/shm large enough?)", pr.name.c_str(),
+                              humanBytes(segBytes).c_str());
+      ::close(fd);
+      return st;
+    }
+    void* m = mmap(nullptr, segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of %s", pr.name.c_str());
+    pr.seg = new (m) Segment();
+    pr.seg->canRead[0].store(-1);
+    pr.seg->canRead[1].store(-1);
+    std::atomic_thread_fence(std::memory_order_release);
+    reinterpret_cast<std::atomic<uint32_t>*>(&pr.seg->magic)->store(kSegMagic, std::memory_order_release);
+  }
+  // Attach to the segments our lower peers created (they may still be creating them).
+  for (auto& pr : pairs) {
+    if (me < pr.peer) continue;
+    while (true) {
+      int fd = shm_open(pr.name.c_str(), O_RDWR, 0600);
+      struct stat st{};
+      if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == segBytes) {
+        void* m = mmap(nullptr, segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        ::close(fd);
+        if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of %s", pr.name.c_str());
+        auto* seg = static_cast<Segment*>(m);
+        if (reinterpret_cast<std::atomic<uint32_t>*>(&seg->magic)->load(std::memory_order_acquire) == kSegMagic) {
+          pr.seg = seg;
+          break;
+        }
+        munmap(m, segBytes);
+      } else if (fd >= 0) {
+        ::close(fd);
+      }
+      if (deadline.expired())
+        return timeoutError("shm: rank %d did not create the segment shared with rank %d in time", pr.peer, me);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    // Our side (1 = higher) tests whether it can read the peer, and says it is attached.
+    pr.seg->canRead[1].store(probeCrossMemoryAttach(pr.blob.pid, pr.blob.probeAddr) ? 1 : 0);
+    pr.seg->attached.store(1, std::memory_order_release);
+  }
+  for (auto& pr : pairs) {
+    if (me > pr.peer) continue;
+    pr.seg->canRead[0].store(probeCrossMemoryAttach(pr.blob.pid, pr.blob.probeAddr) ? 1 : 0);
+  }
+  // Wait for both sides' answers; the creator unlinks once its peer has the segment mapped.
+  for (auto& pr : pairs) {
+    const int other = me < pr.peer ? 1 : 0;
+    while (pr.seg->canRead[other].load(std::memory_order_acquire) < 0 ||
+           (me < pr.peer && !pr.seg->attached.load(std::memory_order_acquire))) {
+      if (deadline.expired()) return timeoutError("shm: rank %d did not attach to its segment in time", pr.peer);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    if (me < pr.peer) {
+      shm_unlink(pr.name.c_str());
+      std::erase(impl_->pendingUnlink, pr.name);
+    }
+  }
+  for (auto& pr : pairs) {
+    const int side = me < pr.peer ? 0 : 1;
+    int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pr.blob.pid, 0));
+    socklen_t len;
+    sockaddr_un peerAddr = notifyAddress(pr.blob.nonce, pr.peer, &len);
+    auto c = std::make_unique<ShmConnection>(impl_.get(), me, pr.peer, side, pr.seg, segBytes, pr.blob.pid,
+                                             /*cmaOut=*/pr.seg->canRead[1 - side].load() == 1,
+                                             /*cmaIn=*/pr.seg->canRead[side].load() == 1, peerAddr, len, pidfd);
+    if (pidfd >= 0) {
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = c.get();
+      epoll_ctl(epollFd_, EPOLL_CTL_ADD, pidfd, &ev);
+    }
+    impl_->conns.push_back(c.get());
+    HC_TRACE(Shm, "shm: %s", c->describe().c_str());
+    conns[pr.peer] = std::move(c);
+  }
+  return conns;
+}
+
+Status ShmTransport::progress() {
+  // Drop wake-up datagrams: their only job was to end the engine's sleep.
+  char buf[64];
+  while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+  }
+  epoll_event evs[16];
+  int n = epoll_wait(epollFd_, evs, 16, 0);
+  for (int i = 0; i < n; ++i)
+    if (evs[i].data.ptr) static_cast<ShmConnection*>(evs[i].data.ptr)->peerExited();
+  bool moved = true;
+  while (moved) {
+    moved = false;
+    for (ShmConnection* c : impl_->conns) moved = c->progress() || moved;
+    if (moved) continue;
+    // A short spin before arming: a peer on the other core often answers within microseconds, and a sleep costs
+    // a datagram and two context switches.
+    const auto until = std::chrono::steady_clock::now() + kSpin;
+    while (!moved && std::chrono::steady_clock::now() < until) {
+      for (ShmConnection* c : impl_->conns) moved = c->hasInput() || moved;
+      __builtin_ia32_pause();
+    }
+    if (moved) continue;
+    for (ShmConnection* c : impl_->conns) moved = c->armAndRecheck() || moved;
+  }
+  return okStatus();
+}
+
+}  // namespace hetcomm::transport::shm

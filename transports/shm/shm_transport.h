@@ -1,0 +1,47 @@
+// shm_transport.h: the same-host transport. Ranks of one host exchange messages through shared memory.
+//
+// Each pair of ranks shares one POSIX shared-memory segment with a ring per direction. The lower rank creates it
+// and unlinks it as soon as the higher rank has it mapped, so nothing is left in /dev/shm whatever happens next
+// (a crash included). Messages below a threshold are copied through the ring (two copies, no system call);
+// larger ones are pulled by the receiver straight from the sender's buffer with process_vm_readv (one copy,
+// cross-memory attach), the sender's request completing when the receiver acknowledges. Where the kernel forbids
+// cross-memory attach (ptrace restrictions), a pair falls back to the ring.
+//
+// Waiting blocks: a receiver (or a sender facing a full ring) raises a flag in the segment before the engine
+// sleeps, and the peer sends it a one-byte datagram on an abstract Unix socket after writing. The peer's pidfd is
+// in the epoll set too, so a peer that dies fails the connection at once instead of at the timeout.
+//
+// Parameter: HETCOMM_SHM_CMA_BYTES, the smallest message sent by cross-memory attach (default 256K; 0 disables).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transports/transport.h"
+
+namespace hetcomm::transport::shm {
+
+class ShmTransport final : public Transport {
+ public:
+  static Result<std::unique_ptr<ShmTransport>> create(const Config& config);
+  ~ShmTransport() override;
+
+  const Properties& properties() const override { return props_; }
+  Result<std::vector<std::byte>> listen() override;
+  // blobs of peers on another host (another host id in the blob) are an error: shm reaches this host only.
+  Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
+                                                             Deadline deadline) override;
+  Status progress() override;
+  int waitFd() const override { return epollFd_; }
+
+  struct Impl;
+
+ private:
+  explicit ShmTransport(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+  Properties props_;
+  int epollFd_;
+};
+
+}  // namespace hetcomm::transport::shm
