@@ -3,7 +3,8 @@
 #
 # Builds the two peer benchmarks (gloo_allreduce.cc, mpi_allreduce.c) into $BUILD_DIR/compare with g++/mpicc, then
 # runs, alternating A B1 B2 C, A B1 B2 C, ... for --rounds rounds so that machine drift hits every peer alike:
-#   A  hetcomm       $BUILD_DIR/bin/hetcomm-run -np 2 $BUILD_DIR/bin/all_reduce_perf -b 1M -e 64M -f 64 -c 0 -n N -w W
+#   A  hetcomm       $BUILD_DIR/bin/hetcomm-run -np 2 -x HETCOMM_TRANSPORT=tcp $BUILD_DIR/bin/all_reduce_perf -b 1M -e 64M
+#                    -f 64 -c 0 -n N -w W   (TCP like the peers; HETCOMM_TRANSPORT in the environment overrides)
 #   B1 gloo_ring     gloo_allreduce --algo ring: gloo::allreduce(AllreduceOptions), RING (PyTorch's path), 2 processes
 #   B2 gloo_chunked  gloo_allreduce --algo chunked: gloo::AllreduceRingChunked, 2 processes
 #   C  mpi           mpirun ... --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo mpi_allreduce
@@ -152,7 +153,11 @@ niced_share() {
 }
 
 sizes_csv=$(IFS=,; echo "${SIZES_BYTES[*]}")
-HETCOMM_CMD=("$HETCOMM_RUN" -np "$NP" "$HETCOMM_PERF" -b 1M -e 64M -f 64 -c 0 -n "$ITERS" -w "$WARMUP")
+# The peers run over TCP, so hetcomm does too: between ranks of one host it would otherwise pick shared memory
+# (HETCOMM_TRANSPORT=shm there is issue 3's comparison, against Open MPI's vader BTL).
+HETCOMM_TRANSPORT_USED=${HETCOMM_TRANSPORT:-tcp}
+HETCOMM_CMD=("$HETCOMM_RUN" -np "$NP" -x "HETCOMM_TRANSPORT=$HETCOMM_TRANSPORT_USED" "$HETCOMM_PERF" -b 1M -e 64M -f 64
+  -c 0 -n "$ITERS" -w "$WARMUP")
 # shellcheck disable=SC2206
 [[ -n ${HETCOMM_EXTRA_ARGS:-} ]] && HETCOMM_CMD+=(${HETCOMM_EXTRA_ARGS})
 MPI_CMD=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" --mca pml ob1 --mca btl "tcp,self"
