@@ -10,7 +10,11 @@
 #include "common/param.h"
 #include "common/strings.h"
 #include "hetcomm/hetcomm.h"
+#include "topology/cluster.h"
 #include "topology/host_identity.h"
+#include "topology/link_matrix.h"
+#include "topology/node.h"
+#include "topology/node_json.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -28,7 +32,7 @@ constexpr size_t kMaxCachedPlans = 256;
 struct PeerInfo {
   std::string hostId, hostName, forced;
   int pid = 0;
-  std::vector<std::byte> tcpBlob, shmBlob;
+  std::vector<std::byte> tcpBlob, shmBlob, node;  // node: the serialized topo::NodeDescription
 };
 
 void putString(std::vector<std::byte>& out, std::string_view s) {
@@ -57,7 +61,7 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
   for (std::string_view field : {std::string_view(p.hostId), std::string_view(p.hostName),
                                  std::string_view(p.forced), std::string_view(std::to_string(p.pid)),
-                                 asText(p.tcpBlob), asText(p.shmBlob)})
+                                 asText(p.tcpBlob), asText(p.shmBlob), asText(p.node)})
     putString(out, field);
   return out;
 }
@@ -65,9 +69,9 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
 Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   PeerInfo p;
   std::span<const std::byte> in(raw);
-  std::string pid, tcp, shm;
+  std::string pid, tcp, shm, node;
   if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &p.forced) ||
-      !getString(in, &pid) || !getString(in, &tcp) || !getString(in, &shm))
+      !getString(in, &pid) || !getString(in, &tcp) || !getString(in, &shm) || !getString(in, &node))
     return remoteError("rank %d published a malformed peer record", rank);
   p.pid = std::atoi(pid.c_str());
   auto bytes = [](const std::string& s) {
@@ -76,7 +80,15 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   };
   p.tcpBlob = bytes(tcp);
   p.shmBlob = bytes(shm);
+  p.node = bytes(node);
   return p;
+}
+
+// This host as hwloc and sysfs see it, with HETCOMM_TOPO_FILE applied: discovered once per process (hwloc takes
+// tens of milliseconds), reused by every communicator.
+Result<topo::NodeDescription> localNode() {
+  static const Result<topo::NodeDescription> node = topo::discoverLocalNode(topo::DiscoveryOptions::fromEnvironment());
+  return node;
 }
 
 // A child communicator's id: the same on every member, different for every split and color.
@@ -144,7 +156,10 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   tc.hostId = topo::hostIdentity();
   HC_ASSIGN_OR_RETURN(auto tcp, transport::tcp::TcpTransport::create(tc));
   std::unique_ptr<transport::shm::ShmTransport> shm;
-  PeerInfo me{tc.hostId, topo::hostName(), forced, static_cast<int>(getpid())};
+  HC_ASSIGN_OR_RETURN(topo::NodeDescription node, localNode());
+  node.pid = static_cast<int>(getpid());
+  PeerInfo me{tc.hostId, topo::hostName(), forced, node.pid};
+  me.node = topo::serializeNode(node);
   HC_ASSIGN_OR_RETURN(me.tcpBlob, tcp->listen());
   if (forced != "tcp") {
     HC_ASSIGN_OR_RETURN(shm, transport::shm::ShmTransport::create(tc));
@@ -175,6 +190,17 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
       ++tcpPeers;
     }
   }
+  // Every rank builds the same view of the cluster from the same records.
+  std::vector<topo::NodeDescription> nodes(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    auto n = topo::deserializeNode(peers[p].node);
+    if (!n) return Status(n.error().code(), format("rank %d's node description: %s", p,
+                                                   std::string(n.error().message()).c_str()));
+    nodes[p] = std::move(*n);
+  }
+  HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
+  cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
+  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_));
   conns_.resize(nranks_);
   // Every rank connects shm first, then tcp: the same order everywhere, so no two ranks wait on each other crosswise.
   if (shm) {
@@ -204,6 +230,12 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
             forced == "tcp" ? "tcp" : "shm", shmPeers + (forced == "tcp" ? 0 : 0), shmPeers == 1 ? "" : "s",
             tcpPeers, tcpPeers == 1 ? "" : "s", forced.empty() ? "" : (" (HETCOMM_TRANSPORT=" + forced + ")").c_str(),
             humanBytes(chunkBytes_).c_str(), forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
+  if (rank_ == 0 && log::enabled(log::kInfo, log::kTopo)) {
+    for (const auto& line : hetcomm::split(cluster_->format(), '\n'))
+      if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
+    for (const auto& line : hetcomm::split(links_->formatClasses(), '\n'))
+      if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
+  }
   for (int p = 0; p < nranks_; ++p)
     if (conns_[p]) HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
                             conns_[p]->describe().c_str());

@@ -21,6 +21,11 @@
 #include "common/deadline.h"
 #include "transports/transport.h"
 
+namespace hetcomm::topo {
+class ClusterView;
+class LinkMatrix;
+}  // namespace hetcomm::topo
+
 namespace hetcomm::comm {
 
 struct CommOptions {
@@ -100,6 +105,8 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank
   std::vector<transport::Connection*> connPtrs_;
   std::vector<int> waitFds_;
+  std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node
+  std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   bool attached_ = false;
   bool hostsStore_ = false;
 

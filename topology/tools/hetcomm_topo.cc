@@ -1,0 +1,190 @@
+// hetcomm-topo: what hetcomm sees of this host and of the cluster.
+//   hetcomm-topo                          this host, compactly (as lstopo would)
+//   hetcomm-run -np N hetcomm-topo        rank 0 prints the cluster: hosts, NICs with kind and rate, fabrics,
+//                                         islands, and rank-by-rank matrices of link class and transport
+//   ... --json FILE                       also writes the cluster (and link matrix) as JSON
+//   ... --probe                           measures latency and bandwidth of every rank pair through the real
+//                                         transports and prints the alpha/beta matrix
+// A client of the public API (it gathers node descriptions with hetcommAllGather) plus the topology library.
+#include <hetcomm/hetcomm.h>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "topology/cluster.h"
+#include "topology/link_matrix.h"
+#include "topology/node.h"
+#include "topology/node_json.h"
+#include "topology/topo_file.h"
+
+namespace {
+
+using namespace hetcomm;
+
+[[noreturn]] void die(const char* what, hetcommResult_t r) {
+  std::fprintf(stderr, "hetcomm-topo: %s failed: %s: %s\n", what, hetcommGetErrorString(r), hetcommGetLastError(nullptr));
+  std::exit(1);
+}
+#define CHECK(call)                        \
+  do {                                     \
+    hetcommResult_t r_ = (call);           \
+    if (r_ != hetcommSuccess) die(#call, r_); \
+  } while (0)
+
+bool underLauncher() {
+  for (const char* v : {"HETCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+// Every rank's serialized node description, in rank order (sizes first, then padded blobs).
+std::vector<std::vector<std::byte>> gatherNodes(hetcommComm_t comm, int n, const std::vector<std::byte>& mine) {
+  std::vector<uint64_t> sizes(n);
+  uint64_t my = mine.size();
+  CHECK(hetcommAllGather(&my, sizes.data(), 1, hetcommUint64, comm, nullptr));
+  uint64_t most = 0;
+  for (auto s : sizes) most = std::max(most, s);
+  std::vector<std::byte> padded(most), all(most * n);
+  std::memcpy(padded.data(), mine.data(), mine.size());
+  CHECK(hetcommAllGather(padded.data(), all.data(), most, hetcommUint8, comm, nullptr));
+  std::vector<std::vector<std::byte>> out(n);
+  for (int r = 0; r < n; ++r) out[r].assign(all.begin() + r * most, all.begin() + r * most + sizes[r]);
+  return out;
+}
+
+// Ping-pong of small messages (alpha) and one-way streaming of large ones (bandwidth) between every pair, one pair
+// at a time while the others wait, so each figure is that link alone. Fills alpha[i*n+j] (us) and bw (GB/s).
+void probe(hetcommComm_t comm, int rank, int n, std::vector<double>& alpha, std::vector<double>& bw) {
+  constexpr int kPings = 50, kStreams = 5;
+  constexpr size_t kBig = 4 << 20;
+  std::vector<char> small(8), big(kBig);
+  alpha.assign(n * n, 0);
+  bw.assign(n * n, 0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      if (i == j) continue;
+      CHECK(hetcommAllReduce(small.data(), small.data(), 1, hetcommInt8, hetcommMax, comm, nullptr));  // barrier
+      if (rank != i && rank != j) continue;
+      int peer = rank == i ? j : i;
+      auto t0 = std::chrono::steady_clock::now();
+      for (int k = 0; k < kPings; ++k) {
+        if (rank == i) {
+          CHECK(hetcommSend(small.data(), 8, hetcommInt8, peer, comm, nullptr));
+          CHECK(hetcommRecv(small.data(), 8, hetcommInt8, peer, comm, nullptr));
+        } else {
+          CHECK(hetcommRecv(small.data(), 8, hetcommInt8, peer, comm, nullptr));
+          CHECK(hetcommSend(small.data(), 8, hetcommInt8, peer, comm, nullptr));
+        }
+      }
+      double pingUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      t0 = std::chrono::steady_clock::now();
+      for (int k = 0; k < kStreams; ++k) {
+        if (rank == i) CHECK(hetcommSend(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
+        else CHECK(hetcommRecv(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
+      }
+      // The last receive is done when the receiver returns: one more ping closes the timing on the sender too.
+      if (rank == i) CHECK(hetcommRecv(small.data(), 1, hetcommInt8, peer, comm, nullptr));
+      else CHECK(hetcommSend(small.data(), 1, hetcommInt8, peer, comm, nullptr));
+      double streamS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (rank == i) {
+        alpha[i * n + j] = pingUs / kPings / 2;
+        bw[i * n + j] = static_cast<double>(kBig) * kStreams / streamS / 1e9;
+      }
+    }
+  CHECK(hetcommAllReduce(alpha.data(), alpha.data(), n * n, hetcommFloat64, hetcommSum, comm, nullptr));
+  CHECK(hetcommAllReduce(bw.data(), bw.data(), n * n, hetcommFloat64, hetcommSum, comm, nullptr));
+}
+
+std::string transportMatrix(const topo::ClusterView& view) {
+  const char* forced = std::getenv("HETCOMM_TRANSPORT");
+  std::string f = forced ? forced : "";
+  const int n = view.nranks();
+  std::string out = "transport";
+  for (int j = 0; j < n; ++j) out += "  r" + std::to_string(j) + (j < 10 ? "  " : " ");
+  out += "\n";
+  for (int i = 0; i < n; ++i) {
+    std::string row = "r" + std::to_string(i);
+    row.resize(9, ' ');
+    for (int j = 0; j < n; ++j) {
+      std::string cell = i == j ? "X" : !f.empty() ? f : view.hostOf(i) == view.hostOf(j) ? "shm" : "tcp";
+      cell.resize(6, ' ');
+      row += cell;
+    }
+    out += row + "\n";
+  }
+  return out + "(same host: shm, other hosts: tcp; HETCOMM_TRANSPORT forces one)\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"hetcomm-topo: what hetcomm sees of this host and cluster"};
+  std::string jsonPath;
+  bool doProbe = false;
+  app.add_option("--json", jsonPath, "write the cluster (and link matrix) as JSON to this file");
+  app.add_flag("--probe", doProbe, "measure latency and bandwidth of every rank pair (under a launcher)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto local = topo::discoverLocalNode(topo::DiscoveryOptions::fromEnvironment());
+  if (!local) {
+    std::fprintf(stderr, "hetcomm-topo: %s\n", local.error().toString().c_str());
+    return 1;
+  }
+  if (!underLauncher()) {
+    std::printf("%s", topo::formatNode(*local).c_str());
+    if (doProbe) std::printf("(--probe needs several ranks: run under hetcomm-run, mpirun or srun)\n");
+    if (!jsonPath.empty()) {
+      std::ofstream(jsonPath) << topo::nodeToJson(*local).dump(2) << "\n";
+      std::printf("wrote %s\n", jsonPath.c_str());
+    }
+    return 0;
+  }
+
+  hetcommComm_t comm;
+  CHECK(hetcommCommInitFromEnv(&comm));
+  int rank, n;
+  CHECK(hetcommCommUserRank(comm, &rank));
+  CHECK(hetcommCommCount(comm, &n));
+  local->pid = static_cast<int>(getpid());
+  auto blobs = gatherNodes(comm, n, topo::serializeNode(*local));
+  std::vector<topo::NodeDescription> nodes;
+  for (int r = 0; r < n; ++r) {
+    auto node = topo::deserializeNode(blobs[r]);
+    if (!node) {
+      std::fprintf(stderr, "hetcomm-topo: rank %d's node description: %s\n", r, node.error().toString().c_str());
+      return 1;
+    }
+    nodes.push_back(std::move(*node));
+  }
+  auto view = topo::ClusterView::build(std::move(nodes));
+  if (!view) {
+    std::fprintf(stderr, "hetcomm-topo: %s\n", view.error().toString().c_str());
+    return 1;
+  }
+  topo::LinkMatrix links = topo::LinkMatrix::nominal(*view);
+  std::vector<double> alpha, bw;
+  if (doProbe) probe(comm, rank, n, alpha, bw);
+  if (rank == 0) {
+    std::printf("%s\n%s\n%s", view->format().c_str(), links.formatClasses().c_str(), transportMatrix(*view).c_str());
+    if (doProbe) {
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j)
+          if (i != j) (void)links.setMeasured(i, j, alpha[i * n + j], bw[i * n + j]);
+      std::printf("\nmeasured through the transports (alpha us / bandwidth GB/s):\n%s", links.formatValues().c_str());
+    }
+    if (!jsonPath.empty()) {
+      std::ofstream(jsonPath) << topo::dumpClusterJson(*view, &links) << "\n";
+      std::printf("wrote %s\n", jsonPath.c_str());
+    }
+  }
+  CHECK(hetcommCommFinalize(comm));
+  CHECK(hetcommCommDestroy(comm));
+  return 0;
+}
