@@ -1,5 +1,7 @@
 #include "comm/bootstrap/store.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -262,14 +264,26 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& add
   // The server may not be up yet (rank 0 starts it while the others already dial): retry until the deadline.
   for (int attempt = 0;; ++attempt) {
     for (const auto& ep : endpoints) {
-      tcp::socket sock(io);
-      sock.connect(ep.endpoint(), ec);
-      if (ec) {
-        lastError = ec.message();
+      // Non-blocking connect bounded by the deadline: a blocking one to a silent address waits for the kernel's
+      // SYN timeout (about two minutes), whatever HETCOMM_TIMEOUT says.
+      int fd = ::socket(ep.endpoint().protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) return errnoStatus(errno, "store: socket");
+      int rc = ::connect(fd, ep.endpoint().data(), static_cast<socklen_t>(ep.endpoint().size()));
+      if (rc != 0 && errno == EINPROGRESS) {
+        Status w = waitFd(fd, POLLOUT, deadline, where, "connecting");
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (w.ok()) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        rc = w.ok() && err == 0 ? 0 : -1;
+        errno = w.ok() ? err : ETIMEDOUT;
+      }
+      if (rc != 0) {
+        lastError = std::strerror(errno);
+        ::close(fd);
         continue;
       }
-      sock.set_option(tcp::no_delay(true), ec);
-      int fd = sock.release();
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto client = std::unique_ptr<StoreClient>(new StoreClient(fd, where));
       Hello hello;
       Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");

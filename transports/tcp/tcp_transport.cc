@@ -136,14 +136,17 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
       continue;
     }
     tcp::socket sock(st.io);
-    // An unreachable address must not eat the whole deadline: close the socket when this attempt runs long.
+    // An unreachable address must not eat the whole deadline: close the socket when this attempt runs long. The
+    // flag keeps a timer that fires in the same pass as the handshake's end from touching a socket moved away.
+    auto attemptLive = std::make_shared<bool>(true);
     asio::steady_timer timer(st.io, std::chrono::duration_cast<asio::steady_timer::duration>(
                                         std::chrono::duration<double>(kDialAttemptSec)));
-    timer.async_wait([&sock](boost::system::error_code e) {
-      if (!e) sock.close();
+    timer.async_wait([&sock, attemptLive](boost::system::error_code e) {
+      if (!e && *attemptLive) sock.close();
     });
     co_await sock.async_connect(tcp::endpoint(ip, info.port), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) {
+      *attemptLive = false;
       timer.cancel();
       lastError = format("connect to %s:%u: %s", addr.c_str(), info.port, ec.message().c_str());
       continue;
@@ -151,6 +154,7 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
     Hello hello;
     co_await asio::async_read(sock, asio::buffer(&hello, sizeof(hello)), asio::redirect_error(asio::use_awaitable, ec));
     if (ec || hello.magic != Hello::kMagic) {
+      *attemptLive = false;
       timer.cancel();
       lastError = format("%s:%u did not answer with the hetcomm tcp handshake", addr.c_str(), info.port);
       continue;
@@ -161,6 +165,7 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
     reply.nsocks = static_cast<uint32_t>(nsocks);
     reply.commId = cfg.commId;
     if (Status s = crypto::randomBytes(reply.nonce); !s.ok()) {
+      *attemptLive = false;
       st.error = s;
       co_return;
     }
@@ -170,6 +175,7 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
     Ack ack;
     if (!ec)
       co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
+    *attemptLive = false;
     timer.cancel();
     if (ec || ack.magic != Ack::kMagic) {
       refusal = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
