@@ -44,6 +44,12 @@ struct GroupView {
   int rank = 0;
   int nranks = 1;
   size_t chunkBytes = 512 << 10;  // pipelining unit
+  // Per rank: whether a chunk-sized message from it waits at the sender until the receive is posted (a late
+  // receive is free), from the connections' lateReceiveIsFree. Empty: assume eager (a late receive costs a copy).
+  std::vector<uint8_t> lateReceiveFree;
+  bool lateReceiveIsFree(int peer) const {
+    return peer >= 0 && static_cast<size_t>(peer) < lateReceiveFree.size() && lateReceiveFree[peer];
+  }
 };
 
 }  // namespace hetcomm::coll

@@ -16,6 +16,7 @@ namespace hetcomm::coll {
 struct Ring {
   Ring(const GroupView& g, size_t count, kernels::DataType dtype);
   int n, r, next, prev;
+  bool lateReceiveFree;  // from prev (GroupView::lateReceiveIsFree)
   size_t esz;
   Blocks blocks;
   Chunking ch;

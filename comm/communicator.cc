@@ -216,7 +216,11 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
     if (tcpPeers) transports_.push_back(std::move(tcp));
   }
   connPtrs_.resize(nranks_);
-  for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
+  lateReceiveFree_.assign(nranks_, 0);
+  for (int p = 0; p < nranks_; ++p) {
+    connPtrs_[p] = conns_[p].get();
+    if (conns_[p]) lateReceiveFree_[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
+  }
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
@@ -245,7 +249,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
 
 // One INFO line per collective: the algorithm the selection picks, with its predicted time, at a few sizes.
 void Communicator::logAlgorithmTable() const {
-  coll::GroupView g{rank_, nranks_, chunkBytes_};
+  coll::GroupView g{rank_, nranks_, chunkBytes_, lateReceiveFree_};
   for (int k = 0; k <= static_cast<int>(coll::CollKind::kAlltoAll); ++k) {
     std::string line;
     for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{64} << 20}) {
@@ -343,7 +347,7 @@ void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
 }
 
 Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(const Op& op) {
-  coll::GroupView g{rank_, nranks_, chunkBytes_};
+  coll::GroupView g{rank_, nranks_, chunkBytes_, lateReceiveFree_};
   HC_ASSIGN_OR_RETURN(const coll::Algorithm* algo, coll::selectAlgorithm(op.args, g, forcedAlgo_));
   if (op.args.kind == coll::CollKind::kSendRecv) {
     HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(op.args, g));

@@ -77,6 +77,10 @@ class Connection {
   // Idempotent; never fails.
   virtual void close(const Status& why) noexcept = 0;
   virtual std::string describe() const = 0;  // "r0->r1/tcp(2 sockets)"
+  // True when a message of this size from the peer waits in the peer's memory until the receive is posted
+  // (single-copy rendezvous): a late receive then costs nothing, while on an eager transport the data arrives
+  // anyway and a late receive costs an extra copy. Planners size their staging by it.
+  virtual bool lateReceiveIsFree(size_t bytes) const { return false; }
 };
 
 class Transport {

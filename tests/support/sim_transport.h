@@ -93,8 +93,11 @@ class SimConnection final : public transport::Connection {
 // Plans args on n ranks with the given algorithm table choice and runs every rank's executor round-robin until
 // all finish. bufs[r] = {send, recv, extras...} base pointers. Fails on a planner error, a transfer error, or a
 // deadlock (no rank moves).
+// lateReceiveFree: plan as for a transport whose late receives are free (GroupView::lateReceiveFree), i.e. with
+// the few-slot staging; the simulator's rendezvous completion is exactly that transport.
 inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vector<std::vector<std::byte*>> bufs,
-                           size_t chunkBytes, const std::string& forcedAlgo = "", SimHub* hubOut = nullptr) {
+                           size_t chunkBytes, const std::string& forcedAlgo = "", SimHub* hubOut = nullptr,
+                           bool lateReceiveFree = false) {
   SimHub hub;
   std::vector<std::vector<std::unique_ptr<SimConnection>>> conns(n);
   std::vector<std::unique_ptr<coll::Executor>> execs(n);
@@ -105,7 +108,7 @@ inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vect
       conns[r].push_back(p == r ? nullptr : std::make_unique<SimConnection>(&hub, r, p));
       ptrs[p] = conns[r][p].get();
     }
-    coll::GroupView g{r, n, chunkBytes};
+    coll::GroupView g{r, n, chunkBytes, std::vector<uint8_t>(n, lateReceiveFree ? 1 : 0)};
     auto algo = coll::selectAlgorithm(args[r], g, forcedAlgo);
     if (!algo) return algo.error();
     auto plan = (*algo)->plan(args[r], g);

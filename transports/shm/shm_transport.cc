@@ -136,6 +136,7 @@ class ShmConnection final : public Connection {
 
   int peer() const override { return peer_; }
   int pidfd() const { return pidfd_; }
+  bool lateReceiveIsFree(size_t bytes) const override;
   std::string describe() const override {
     return format("r%d->r%d/shm(%s)", me_, peer_, cmaOut_ ? "ring + cross-memory attach" : "ring");
   }
@@ -213,6 +214,10 @@ struct ShmTransport::Impl {
   std::vector<ShmConnection*> conns;  // owned by the communicator
   std::vector<std::string> pendingUnlink;  // segments created but not yet unlinked (error paths)
 };
+
+bool ShmConnection::lateReceiveIsFree(size_t bytes) const {
+  return cmaIn_ && t_->cmaBytes > 0 && bytes >= t_->cmaBytes;
+}
 
 ShmConnection::~ShmConnection() {
   close(invalidUsage("connection to rank %d closed", peer_));

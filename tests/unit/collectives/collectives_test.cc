@@ -73,7 +73,7 @@ Buffer reduceAll(const std::vector<Buffer>& in, size_t offsetElems, size_t count
   return acc;
 }
 
-void runCase(const Case& c, size_t chunkBytes) {
+void runCase(const Case& c, size_t chunkBytes, bool lateReceiveFree = false) {
   SCOPED_TRACE(describe(c));
   const int n = c.n;
   const size_t esz = kernels::sizeOf(c.dtype);
@@ -115,7 +115,7 @@ void runCase(const Case& c, size_t chunkBytes) {
     }
     bufs[r] = {sb, rb};
   }
-  Status st = testing::runSimulated(n, args, bufs, chunkBytes);
+  Status st = testing::runSimulated(n, args, bufs, chunkBytes, "", nullptr, lateReceiveFree);
   ASSERT_TRUE(st.ok()) << st.toString();
 
   for (int r = 0; r < n; ++r) {
@@ -173,6 +173,16 @@ TEST(Collectives, ChunkingManyPiecesWithRemainders) {
   runCase({CollKind::kAllReduce, 7, 10007, DataType::kFloat16, RedOp::kMax, 0, true}, 100);
   runCase({CollKind::kReduceScatter, 6, 999, DataType::kFloat64, RedOp::kAvg, 0, true}, 160);
   runCase({CollKind::kReduce, 5, 4099, DataType::kBfloat16, RedOp::kSum, 4, false}, 64);
+}
+
+TEST(Collectives, FewStagingSlotsWhenLateReceivesAreFree) {
+  // The ring's staging shrinks to a few reused slots on rendezvous links: many chunks, every rank count.
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter})
+    for (int n : kRankCounts)
+      for (bool inPlace : {false, true}) {
+        runCase({kind, n, 10007, DataType::kFloat32, RedOp::kSum, 0, inPlace}, 256, /*lateReceiveFree=*/true);
+        runCase({kind, n, 999, DataType::kInt64, RedOp::kAvg, 0, inPlace}, 64, /*lateReceiveFree=*/true);
+      }
 }
 
 TEST(Collectives, SendRecvGroupWithSelf) {
