@@ -230,11 +230,10 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
   op->args.op = reduces ? static_cast<kernels::RedOp>(redop) : kernels::RedOp::kSum;
   op->args.root = rooted ? root : 0;
   const int n = c->nranks(), me = c->rank();
-  HC_TRY(checkCount(count, kernels::sizeOf(op->args.dtype), kind == coll::CollKind::kAllReduce ||
-                                                                     kind == coll::CollKind::kBroadcast ||
-                                                                     kind == coll::CollKind::kReduce
-                                                                 ? 1
-                                                                 : n));
+  HC_TRY(checkCount(
+      count, kernels::sizeOf(op->args.dtype),
+      kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce ? 1
+                                                                                                                  : n));
   const size_t sendCount = op->args.sendBytes(n) / kernels::sizeOf(op->args.dtype);
   const size_t recvCount = op->args.recvBytes(n) / kernels::sizeOf(op->args.dtype);
   // Buffers only the root uses may be NULL elsewhere, as in NCCL.

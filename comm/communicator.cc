@@ -53,15 +53,13 @@ bool getString(std::span<const std::byte>& in, std::string* s) {
   return true;
 }
 
-std::string_view asText(const std::vector<std::byte>& b) {
-  return {reinterpret_cast<const char*>(b.data()), b.size()};
-}
+std::string_view asText(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
 
 std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
-  for (std::string_view field : {std::string_view(p.hostId), std::string_view(p.hostName),
-                                 std::string_view(p.forced), std::string_view(std::to_string(p.pid)),
-                                 asText(p.tcpBlob), asText(p.shmBlob), asText(p.node)})
+  for (std::string_view field :
+       {std::string_view(p.hostId), std::string_view(p.hostName), std::string_view(p.forced),
+        std::string_view(std::to_string(p.pid)), asText(p.tcpBlob), asText(p.shmBlob), asText(p.node)})
     putString(out, field);
   return out;
 }
@@ -70,8 +68,8 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   PeerInfo p;
   std::span<const std::byte> in(raw);
   std::string pid, tcp, shm, node;
-  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &p.forced) ||
-      !getString(in, &pid) || !getString(in, &tcp) || !getString(in, &shm) || !getString(in, &node))
+  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &p.forced) || !getString(in, &pid) ||
+      !getString(in, &tcp) || !getString(in, &shm) || !getString(in, &node))
     return remoteError("rank %d published a malformed peer record", rank);
   p.pid = std::atoi(pid.c_str());
   auto bytes = [](const std::string& s) {
@@ -194,8 +192,9 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   std::vector<topo::NodeDescription> nodes(nranks_);
   for (int p = 0; p < nranks_; ++p) {
     auto n = topo::deserializeNode(peers[p].node);
-    if (!n) return Status(n.error().code(), format("rank %d's node description: %s", p,
-                                                   std::string(n.error().message()).c_str()));
+    if (!n)
+      return Status(n.error().code(),
+                    format("rank %d's node description: %s", p, std::string(n.error().message()).c_str()));
     nodes[p] = std::move(*n);
   }
   HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
@@ -228,11 +227,12 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   attached_ = true;
   setState(kReady);
   if (rank_ == 0 || log::enabled(log::kTrace, log::kInit))
-    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx; same host: %s to %d peer%s; other hosts: tcp to %d "
-                  "peer%s%s; chunk %s, algo %s",
+    HC_INFO(Init,
+            "init: %d ranks on %zu host%s, comm id %016llx; same host: %s to %d peer%s; other hosts: tcp to %d "
+            "peer%s%s; chunk %s, algo %s",
             nranks_, hosts.size(), hosts.size() == 1 ? "" : "s", (unsigned long long)commId_,
-            forced == "tcp" ? "tcp" : "shm", shmPeers + (forced == "tcp" ? 0 : 0), shmPeers == 1 ? "" : "s",
-            tcpPeers, tcpPeers == 1 ? "" : "s", forced.empty() ? "" : (" (HETCOMM_TRANSPORT=" + forced + ")").c_str(),
+            forced == "tcp" ? "tcp" : "shm", shmPeers + (forced == "tcp" ? 0 : 0), shmPeers == 1 ? "" : "s", tcpPeers,
+            tcpPeers == 1 ? "" : "s", forced.empty() ? "" : (" (HETCOMM_TRANSPORT=" + forced + ")").c_str(),
             humanBytes(chunkBytes_).c_str(), forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kTopo)) {
     for (const auto& line : hetcomm::split(cluster_->format(), '\n'))
@@ -241,8 +241,9 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
       if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
   }
   for (int p = 0; p < nranks_; ++p)
-    if (conns_[p]) HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
-                            conns_[p]->describe().c_str());
+    if (conns_[p])
+      HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
+               conns_[p]->describe().c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
 }

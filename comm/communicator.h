@@ -105,7 +105,7 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank
   std::vector<transport::Connection*> connPtrs_;
   std::vector<int> waitFds_;
-  std::vector<uint8_t> lateReceiveFree_;  // per peer, for chunk-sized messages (GroupView::lateReceiveFree)
+  std::vector<uint8_t> lateReceiveFree_;              // per peer, for chunk-sized messages (GroupView::lateReceiveFree)
   std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   bool attached_ = false;

@@ -9,12 +9,12 @@
 #include <hetcomm/hetcomm.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,12 +29,13 @@ namespace {
 using namespace hetcomm;
 
 [[noreturn]] void die(const char* what, hetcommResult_t r) {
-  std::fprintf(stderr, "hetcomm-topo: %s failed: %s: %s\n", what, hetcommGetErrorString(r), hetcommGetLastError(nullptr));
+  std::fprintf(stderr, "hetcomm-topo: %s failed: %s: %s\n", what, hetcommGetErrorString(r),
+               hetcommGetLastError(nullptr));
   std::exit(1);
 }
-#define CHECK(call)                        \
-  do {                                     \
-    hetcommResult_t r_ = (call);           \
+#define CHECK(call)                           \
+  do {                                        \
+    hetcommResult_t r_ = (call);              \
     if (r_ != hetcommSuccess) die(#call, r_); \
   } while (0)
 
@@ -86,12 +87,16 @@ void probe(hetcommComm_t comm, int rank, int n, std::vector<double>& alpha, std:
       double pingUs = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       t0 = std::chrono::steady_clock::now();
       for (int k = 0; k < kStreams; ++k) {
-        if (rank == i) CHECK(hetcommSend(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
-        else CHECK(hetcommRecv(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
+        if (rank == i)
+          CHECK(hetcommSend(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
+        else
+          CHECK(hetcommRecv(big.data(), kBig, hetcommInt8, peer, comm, nullptr));
       }
       // The last receive is done when the receiver returns: one more ping closes the timing on the sender too.
-      if (rank == i) CHECK(hetcommRecv(small.data(), 1, hetcommInt8, peer, comm, nullptr));
-      else CHECK(hetcommSend(small.data(), 1, hetcommInt8, peer, comm, nullptr));
+      if (rank == i)
+        CHECK(hetcommRecv(small.data(), 1, hetcommInt8, peer, comm, nullptr));
+      else
+        CHECK(hetcommSend(small.data(), 1, hetcommInt8, peer, comm, nullptr));
       double streamS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (rank == i) {
         alpha[i * n + j] = pingUs / kPings / 2;

@@ -1,6 +1,7 @@
 #include "transports/shm/shm_transport.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -10,6 +11,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -27,8 +29,8 @@ HC_PARAM_INT(cmaBytesParam, "SHM_CMA_BYTES", 256 << 10)
 
 namespace {
 
-constexpr uint32_t kSegMagic = 0x4d534348;  // "HCSM"
-constexpr size_t kRingBytes = 1 << 20;      // per direction
+constexpr uint32_t kSegMagic = 0x4d534348;    // "HCSM"
+constexpr size_t kRingBytes = 1 << 20;        // per direction
 constexpr size_t kMaxChunk = kRingBytes / 4;  // a frame's payload: a frame is written only when it fits whole
 // How long a receiver polls before it arms its wake-up flag and lets the engine sleep. Time, not iterations:
 // `pause` costs from 10 to 140 cycles depending on the CPU.
@@ -47,9 +49,10 @@ struct alignas(64) Ring {
 };
 struct alignas(64) Segment {
   uint32_t magic;
-  std::atomic<uint32_t> attached;   // the higher rank has it mapped: the lower may unlink
+  uint32_t reserved;
   std::atomic<int32_t> canRead[2];  // side s can process_vm_readv from the other side (-1 not known yet)
-  char pad[48];
+  std::atomic<uint32_t> closed[2];  // side s closed: its buffers announced by attach frames may be gone
+  char pad[40];
   Ring ring[2];  // ring[0]: lower -> higher, ring[1]: higher -> lower
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
@@ -57,7 +60,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t
 struct FrameHeader {
   enum Kind : uint32_t { kData = 1, kCma = 2, kAck = 3, kAbort = 4 };
   uint32_t kind;
-  uint32_t len;     // payload bytes following (kData, kAbort)
+  uint32_t len;  // payload bytes following (kData, kAbort)
   uint64_t tag;
   uint64_t total;   // message bytes
   uint64_t offset;  // kData: of this chunk; kCma: the sender's address
@@ -68,8 +71,8 @@ static_assert(sizeof(FrameHeader) == 32);
 struct Blob {
   std::string host;
   int pid = 0;
-  uint64_t nonce = 0;       // names this rank's segments and socket
-  uint64_t probeAddr = 0;   // a word peers read to test cross-memory attach
+  uint64_t nonce = 0;      // names this rank's segments and socket
+  uint64_t probeAddr = 0;  // a word peers read to test cross-memory attach
 };
 
 std::vector<std::byte> encode(const Blob& b) {
@@ -87,11 +90,16 @@ Result<Blob> decode(std::span<const std::byte> raw, int peer) {
     auto eq = line.find('=');
     if (eq == std::string::npos) continue;
     std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "hcshm") ok = v == "1";
-    else if (k == "host") b.host = v;
-    else if (k == "pid") b.pid = std::atoi(v.c_str());
-    else if (k == "nonce") b.nonce = std::strtoull(v.c_str(), nullptr, 16);
-    else if (k == "probe") b.probeAddr = std::strtoull(v.c_str(), nullptr, 16);
+    if (k == "hcshm")
+      ok = v == "1";
+    else if (k == "host")
+      b.host = v;
+    else if (k == "pid")
+      b.pid = std::atoi(v.c_str());
+    else if (k == "nonce")
+      b.nonce = std::strtoull(v.c_str(), nullptr, 16);
+    else if (k == "probe")
+      b.probeAddr = std::strtoull(v.c_str(), nullptr, 16);
   }
   if (!ok || b.pid <= 0) return remoteError("rank %d's shm blob is malformed", peer);
   return b;
@@ -101,14 +109,10 @@ sockaddr_un notifyAddress(uint64_t nonce, int rank, socklen_t* len) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   // Abstract namespace (leading NUL): vanishes with the socket, nothing on the file system to clean up.
-  int n = std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "hetcomm-shm-%016llx-%d", (unsigned long long)nonce,
-                        rank);
+  int n =
+      std::snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "hetcomm-shm-%016llx-%d", (unsigned long long)nonce, rank);
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
   return a;
-}
-
-std::string segmentName(uint64_t commId, uint64_t lowNonce, int lo, int hi) {
-  return format("/hetcomm-%016llx-%016llx-%d-%d", (unsigned long long)commId, (unsigned long long)lowNonce, lo, hi);
 }
 
 void finish(Request* r, size_t bytes) {
@@ -129,9 +133,20 @@ class ShmConnection final : public Connection {
  public:
   ShmConnection(ShmTransport::Impl* t, int me, int peer, int side, Segment* seg, size_t segBytes, int peerPid,
                 bool cmaOut, bool cmaIn, sockaddr_un peerAddr, socklen_t peerAddrLen, int pidfd)
-      : t_(t), me_(me), peer_(peer), side_(side), seg_(seg), segBytes_(segBytes), peerPid_(peerPid),
-        cmaOut_(cmaOut), cmaIn_(cmaIn), peerAddr_(peerAddr), peerAddrLen_(peerAddrLen), pidfd_(pidfd),
-        out_(seg->ring[side]), in_(seg->ring[1 - side]) {}
+      : t_(t),
+        me_(me),
+        peer_(peer),
+        side_(side),
+        seg_(seg),
+        segBytes_(segBytes),
+        peerPid_(peerPid),
+        cmaOut_(cmaOut),
+        cmaIn_(cmaIn),
+        peerAddr_(peerAddr),
+        peerAddrLen_(peerAddrLen),
+        pidfd_(pidfd),
+        out_(seg->ring[side]),
+        in_(seg->ring[1 - side]) {}
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }
@@ -161,8 +176,8 @@ class ShmConnection final : public Connection {
     Request* req;  // null for acks and aborts
     uint64_t tag, total;
     const std::byte* data;
-    size_t sent = 0;  // payload bytes framed so far
-    std::string text; // abort reason
+    size_t sent = 0;   // payload bytes framed so far
+    std::string text;  // abort reason
   };
   struct Inbound {
     Request* req = nullptr;
@@ -211,8 +226,7 @@ struct ShmTransport::Impl {
   uint64_t nonce = 0;
   size_t cmaBytes = 0;
   alignas(64) volatile uint64_t probeWord = 0x6865746361726d21ull;  // peers read it to test cross-memory attach
-  std::vector<ShmConnection*> conns;  // owned by the communicator
-  std::vector<std::string> pendingUnlink;  // segments created but not yet unlinked (error paths)
+  std::vector<ShmConnection*> conns;                                // owned by the communicator
 };
 
 bool ShmConnection::lateReceiveIsFree(size_t bytes) const {
@@ -254,7 +268,7 @@ bool ShmConnection::flushOut() {
   bool moved = false;
   while (!outq_.empty() && broken_.ok()) {
     Out& o = outq_.front();
-    size_t payload = o.kind == FrameHeader::kData ? std::min<size_t>(o.total - o.sent, kMaxChunk)
+    size_t payload = o.kind == FrameHeader::kData    ? std::min<size_t>(o.total - o.sent, kMaxChunk)
                      : o.kind == FrameHeader::kAbort ? o.text.size()
                                                      : 0;
     const uint64_t head = out_.head.load(std::memory_order_relaxed);
@@ -337,8 +351,10 @@ Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
     }
     in.req = &req;
     in.user = buf;
-    if (in.cma) pull(tag, in);
-    else if (in.complete) finishInbound(tag, in);
+    if (in.cma)
+      pull(tag, in);
+    else if (in.complete)
+      finishInbound(tag, in);
     return okStatus();
   }
   if (!broken_.ok() || peerExited_) {
@@ -357,6 +373,10 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
     iovec local{in.user.data() + done, in.total - done};
     iovec remote{reinterpret_cast<void*>(in.remote + done), in.total - done};
     ssize_t n = process_vm_readv(peerPid_, &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == ESRCH) {  // the peer is gone: say so, as the pidfd path does
+      fail(gone());
+      return;
+    }
     if (n <= 0) {
       fail(n < 0 ? errnoStatus(errno, "shm: reading %llu bytes from rank %d (pid %d) by cross-memory attach",
                                (unsigned long long)in.total, peer_, peerPid_)
@@ -364,6 +384,12 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
       return;
     }
     done += static_cast<size_t>(n);
+  }
+  // The sender closed before or during the pull: its buffer may have been released or reused; the bytes are void.
+  if (seg_->closed[1 - side_].load(std::memory_order_seq_cst)) {
+    fail(remoteError("rank %d closed its connection before rank %d read its %llu-byte message (tag %#llx)", peer_, me_,
+                     (unsigned long long)in.total, (unsigned long long)tag));
+    return;
   }
   Request* req = in.req;
   inbound_.erase(tag);
@@ -395,10 +421,10 @@ void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
       in.intoUser = true;
     } else {
       if (in.req) {
-        failReq(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                                     "made with different counts?",
-                                     peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_,
-                                     in.user.size()));
+        failReq(in.req,
+                invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                             "made with different counts?",
+                             peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
         in.req = nullptr;
         in.discard = true;
       }
@@ -426,7 +452,9 @@ bool ShmConnection::readIn() {
       return true;
     }
     switch (h.kind) {
-      case FrameHeader::kData: handleData(h, tail + sizeof(h)); break;
+      case FrameHeader::kData:
+        handleData(h, tail + sizeof(h));
+        break;
       case FrameHeader::kCma: {
         Inbound& in = inbound_[h.tag];
         in.cma = true;
@@ -437,10 +465,10 @@ bool ShmConnection::readIn() {
           if (in.user.size() == h.total) {
             pull(h.tag, in);
           } else {
-            failReq(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
-                                         "calls made with different counts?",
-                                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_,
-                                         in.user.size()));
+            failReq(in.req,
+                    invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
+                                 "calls made with different counts?",
+                                 peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
             inbound_.erase(h.tag);
             outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
           }
@@ -463,7 +491,9 @@ bool ShmConnection::readIn() {
         fail(gone());
         return true;
       }
-      default: fail(remoteError("rank %d wrote an unknown shm frame kind %u", peer_, h.kind)); return true;
+      default:
+        fail(remoteError("rank %d wrote an unknown shm frame kind %u", peer_, h.kind));
+        return true;
     }
     tail += sizeof(h) + h.len;
     in_.tail.store(tail, std::memory_order_seq_cst);
@@ -523,6 +553,7 @@ void ShmConnection::peerExited() {
 void ShmConnection::fail(const Status& why) {
   if (!broken_.ok()) return;
   broken_ = why;
+  seg_->closed[side_].store(1, std::memory_order_seq_cst);  // before any caller can release a buffer
   for (auto& [tag, in] : inbound_)
     if (in.req) failReq(in.req, why);
   inbound_.clear();
@@ -571,7 +602,6 @@ ShmTransport::ShmTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 }
 
 ShmTransport::~ShmTransport() {
-  for (const auto& name : impl_->pendingUnlink) shm_unlink(name.c_str());
   if (impl_->notifyFd >= 0) ::close(impl_->notifyFd);
   if (epollFd_ >= 0) ::close(epollFd_);
 }
@@ -602,7 +632,6 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     int peer;
     Blob blob;
     Segment* seg = nullptr;
-    std::string name;
   };
   std::vector<Pair> pairs;
   for (int p = 0; p < n; ++p) {
@@ -613,71 +642,114 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     pairs.push_back({p, b});
   }
   const size_t segBytes = sizeof(Segment);
-  // Lower rank creates, higher attaches; the name carries the creator's nonce so no other job can collide.
+  // The lower rank creates each pair's segment as an anonymous memfd and hands the descriptor to the higher rank
+  // over its wake-up socket (SCM_RIGHTS). The segment has no name, so nothing can be left in /dev/shm: it goes
+  // away with the last mapping, whatever way the processes end.
+  struct SegMsg {
+    uint64_t commId;
+    int32_t lo, hi;
+  };
   for (auto& pr : pairs) {
-    const bool low = me < pr.peer;
-    pr.name = segmentName(cfg.commId, low ? impl_->nonce : pr.blob.nonce, std::min(me, pr.peer), std::max(me, pr.peer));
-    if (!low) continue;
-    int fd = shm_open(pr.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0) return errnoStatus(errno, "shm: shm_open(%s)", pr.name.c_str());
-    impl_->pendingUnlink.push_back(pr.name);
+    if (me > pr.peer) continue;
+    int fd = memfd_create("hetcomm-shm", MFD_CLOEXEC);
+    if (fd < 0) return errnoStatus(errno, "shm: memfd_create");
     if (ftruncate(fd, static_cast<off_t>(segBytes)) != 0) {
-      Status st = errnoStatus(errno, "shm: cannot size %s to %s (is /dev/shm large enough?)", pr.name.c_str(),
-                              humanBytes(segBytes).c_str());
+      Status st = errnoStatus(errno, "shm: cannot size a segment to %s", humanBytes(segBytes).c_str());
       ::close(fd);
       return st;
     }
     void* m = mmap(nullptr, segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of %s", pr.name.c_str());
+    if (m == MAP_FAILED) {
+      Status st = errnoStatus(errno, "shm: mmap of a %s segment", humanBytes(segBytes).c_str());
+      ::close(fd);
+      return st;
+    }
     pr.seg = new (m) Segment();
     pr.seg->canRead[0].store(-1);
     pr.seg->canRead[1].store(-1);
-    std::atomic_thread_fence(std::memory_order_release);
-    reinterpret_cast<std::atomic<uint32_t>*>(&pr.seg->magic)->store(kSegMagic, std::memory_order_release);
-  }
-  // Attach to the segments our lower peers created (they may still be creating them).
-  for (auto& pr : pairs) {
-    if (me < pr.peer) continue;
-    while (true) {
-      int fd = shm_open(pr.name.c_str(), O_RDWR, 0600);
-      struct stat st{};
-      if (fd >= 0 && fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == segBytes) {
-        void* m = mmap(nullptr, segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    pr.seg->magic = kSegMagic;
+    SegMsg msg{cfg.commId, me, pr.peer};
+    iovec iov{&msg, sizeof(msg)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    socklen_t len;
+    sockaddr_un to = notifyAddress(pr.blob.nonce, pr.peer, &len);
+    msghdr mh{};
+    mh.msg_name = &to;
+    mh.msg_namelen = len;
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    while (::sendmsg(impl_->notifyFd, &mh, MSG_NOSIGNAL) < 0) {
+      if ((errno != EAGAIN && errno != EINTR) || deadline.expired()) {
+        Status st = errnoStatus(errno, "shm: handing rank %d its segment", pr.peer);
         ::close(fd);
-        if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of %s", pr.name.c_str());
-        auto* seg = static_cast<Segment*>(m);
-        if (reinterpret_cast<std::atomic<uint32_t>*>(&seg->magic)->load(std::memory_order_acquire) == kSegMagic) {
-          pr.seg = seg;
-          break;
-        }
-        munmap(m, segBytes);
-      } else if (fd >= 0) {
-        ::close(fd);
+        return st;
       }
-      if (deadline.expired())
-        return timeoutError("shm: rank %d did not create the segment shared with rank %d in time", pr.peer, me);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    // Our side (1 = higher) tests whether it can read the peer, and says it is attached.
-    pr.seg->canRead[1].store(probeCrossMemoryAttach(pr.blob.pid, pr.blob.probeAddr) ? 1 : 0);
-    pr.seg->attached.store(1, std::memory_order_release);
+    ::close(fd);  // the message in flight holds its own reference
   }
+  // Receive the segments of our lower peers (they may still be creating them).
+  size_t missing = 0;
+  for (auto& pr : pairs) missing += me > pr.peer;
+  while (missing > 0) {
+    SegMsg msg{};
+    iovec iov{&msg, sizeof(msg)};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    ssize_t n = ::recvmsg(impl_->notifyFd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) return errnoStatus(errno, "shm: receiving segments");
+      if (deadline.expired()) {
+        std::string who;
+        for (const auto& pr : pairs)
+          if (pr.peer < me && !pr.seg) who += (who.empty() ? "rank " : ", rank ") + std::to_string(pr.peer);
+        return timeoutError("shm: %s did not hand rank %d the shared segment in time (HETCOMM_TIMEOUT)", who.c_str(),
+                            me);
+      }
+      pollfd p{impl_->notifyFd, POLLIN, 0};
+      ::poll(&p, 1, std::min(100, std::max(0, deadline.msLeft())));
+      continue;
+    }
+    cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+    if (!cm || cm->cmsg_type != SCM_RIGHTS || n != sizeof(msg)) continue;  // a wake-up, not a segment
+    int fd;
+    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    auto it = std::find_if(pairs.begin(), pairs.end(), [&](const Pair& q) {
+      return q.peer == msg.lo && msg.hi == me && msg.commId == cfg.commId && !q.seg;
+    });
+    struct stat st {};
+    if (it == pairs.end() || fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) != segBytes) {
+      ::close(fd);  // not ours (another communicator's, or malformed)
+      continue;
+    }
+    void* m = mmap(nullptr, segBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of the segment from rank %d", msg.lo);
+    it->seg = static_cast<Segment*>(m);
+    if (it->seg->magic != kSegMagic) return remoteError("shm: rank %d sent a malformed segment", msg.lo);
+    --missing;
+  }
+  // Each side tests whether it can read the other's memory (cross-memory attach) and publishes the answer.
   for (auto& pr : pairs) {
-    if (me > pr.peer) continue;
-    pr.seg->canRead[0].store(probeCrossMemoryAttach(pr.blob.pid, pr.blob.probeAddr) ? 1 : 0);
+    const int side = me < pr.peer ? 0 : 1;
+    pr.seg->canRead[side].store(probeCrossMemoryAttach(pr.blob.pid, pr.blob.probeAddr) ? 1 : 0);
   }
-  // Wait for both sides' answers; the creator unlinks once its peer has the segment mapped.
   for (auto& pr : pairs) {
     const int other = me < pr.peer ? 1 : 0;
-    while (pr.seg->canRead[other].load(std::memory_order_acquire) < 0 ||
-           (me < pr.peer && !pr.seg->attached.load(std::memory_order_acquire))) {
-      if (deadline.expired()) return timeoutError("shm: rank %d did not attach to its segment in time", pr.peer);
+    while (pr.seg->canRead[other].load(std::memory_order_acquire) < 0) {
+      if (deadline.expired()) return timeoutError("shm: rank %d did not map its segment in time", pr.peer);
       std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    if (me < pr.peer) {
-      shm_unlink(pr.name.c_str());
-      std::erase(impl_->pendingUnlink, pr.name);
     }
   }
   for (auto& pr : pairs) {

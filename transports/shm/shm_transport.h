@@ -1,11 +1,11 @@
 // shm_transport.h: the same-host transport. Ranks of one host exchange messages through shared memory.
 //
-// Each pair of ranks shares one POSIX shared-memory segment with a ring per direction. The lower rank creates it
-// and unlinks it as soon as the higher rank has it mapped, so nothing is left in /dev/shm whatever happens next
-// (a crash included). Messages below a threshold are copied through the ring (two copies, no system call);
-// larger ones are pulled by the receiver straight from the sender's buffer with process_vm_readv (one copy,
-// cross-memory attach), the sender's request completing when the receiver acknowledges. Where the kernel forbids
-// cross-memory attach (ptrace restrictions), a pair falls back to the ring.
+// Each pair of ranks shares one shared-memory segment with a ring per direction. The lower rank creates it as an
+// anonymous memfd and passes the descriptor to the higher rank over a Unix socket (SCM_RIGHTS): the segment never
+// has a name, so nothing can be left in /dev/shm, whatever way the processes end. Messages below a threshold are copied
+// through the ring (two copies, no system call); larger ones are pulled by the receiver straight from the sender's
+// buffer with process_vm_readv (one copy, cross-memory attach), the sender's request completing when the receiver
+// acknowledges. Where the kernel forbids cross-memory attach (ptrace restrictions), a pair falls back to the ring.
 //
 // Waiting blocks: a receiver (or a sender facing a full ring) raises a flag in the segment before the engine
 // sleeps, and the peer sends it a one-byte datagram on an abstract Unix socket after writing. The peer's pidfd is
@@ -31,7 +31,7 @@ class ShmTransport final : public Transport {
   Result<std::vector<std::byte>> listen() override;
   // blobs of peers on another host (another host id in the blob) are an error: shm reaches this host only.
   Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
-                                                             Deadline deadline) override;
+                                                              Deadline deadline) override;
   Status progress() override;
   int waitFd() const override { return epollFd_; }
 

@@ -145,8 +145,7 @@ transport::Config configFor(int rank, int n, uint64_t commId, const std::string&
 }
 
 struct Group;
-bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec,
-                 long maxIters);
+bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec, long maxIters);
 
 // n transports of one communicator, connected to each other. Connections go before transports (they point into
 // their transport). Destroying the group checks that none of its segments is left in /dev/shm.
@@ -173,8 +172,7 @@ struct Group {
   }
 };
 
-bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec,
-                 long maxIters) {
+bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec, long maxIters) {
   const Deadline deadline = Deadline::afterSec(wallSec);
   std::vector<pollfd> fds;
   for (Group* g : groups)
@@ -534,11 +532,13 @@ TEST(ShmData, RingWrapAroundWithFramesStraddlingTheEnd) {
   for (size_t i = 0; i < m; ++i) ASSERT_TRUE(g.conn(0, 1).isend(s[i], out[i], i).ok());
   g.driveFor(0.02);
   for (size_t i = 1; i < m; i += 2) ASSERT_TRUE(g.conn(1, 0).irecv(r[i], in[i], i).ok());
-  ASSERT_TRUE(g.drive([&] {
-    for (size_t i = 0; i < m; ++i)
-      if (!s[i].finished() || !r[i].finished()) return false;
-    return true;
-  }, 60));
+  ASSERT_TRUE(g.drive(
+      [&] {
+        for (size_t i = 0; i < m; ++i)
+          if (!s[i].finished() || !r[i].finished()) return false;
+        return true;
+      },
+      60));
   for (size_t i = 0; i < m; ++i) {
     EXPECT_TRUE(s[i].done()) << i << " " << what[i] << ": " << s[i].error.toString();
     EXPECT_TRUE(r[i].done()) << i << " " << what[i] << ": " << r[i].error.toString();
@@ -602,9 +602,11 @@ TEST(ShmData, ManyTagsInFlightOutOfOrderBetweenFourRanks) {
     if (it->i % 2 == 1) {
       ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
     }
-  ASSERT_TRUE(g.drive([&] {
-    return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
-  }, 60));
+  ASSERT_TRUE(g.drive(
+      [&] {
+        return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
+      },
+      60));
   for (auto& m : msgs) {
     EXPECT_TRUE(m.s.done()) << m.from << "->" << m.to << " #" << m.i << ": " << m.s.error.toString();
     EXPECT_TRUE(m.r.done()) << m.from << "->" << m.to << " #" << m.i << ": " << m.r.error.toString();
@@ -626,9 +628,11 @@ TEST(ShmData, PostedReceiveIsNotHeldUpByEarlierUnclaimedMessages) {
   EXPECT_TRUE(g.drive([&] { return rA.finished(); }, 5)) << "the receive of tag 3 waits behind unclaimed messages";
   ASSERT_TRUE(g.conn(1, 0).irecv(r1, in1, 1).ok());
   ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 2).ok());
-  ASSERT_TRUE(g.drive([&] {
-    return rA.finished() && r1.finished() && r2.finished() && s1.finished() && s2.finished() && sA.finished();
-  }, 30));
+  ASSERT_TRUE(g.drive(
+      [&] {
+        return rA.finished() && r1.finished() && r2.finished() && s1.finished() && s2.finished() && sA.finished();
+      },
+      30));
   EXPECT_TRUE(rA.done()) << rA.error.toString();
   EXPECT_EQ(diff(inA, a), "");
   EXPECT_EQ(diff(in1, b1), "");
@@ -646,8 +650,8 @@ TEST(ShmData, TwoCommunicatorsBetweenTheSameRanksStayApart) {
     ASSERT_TRUE(b.conn(1, 0).irecv(rb, inB, 1).ok());
     ASSERT_TRUE(a.conn(0, 1).isend(sa, outA, 1).ok());
     ASSERT_TRUE(b.conn(0, 1).isend(sb, outB, 1).ok());
-    ASSERT_TRUE(driveGroups({&a, &b}, [&] { return ra.finished() && rb.finished() && sa.finished() && sb.finished(); },
-                            30, 5'000'000));
+    ASSERT_TRUE(driveGroups(
+        {&a, &b}, [&] { return ra.finished() && rb.finished() && sa.finished() && sb.finished(); }, 30, 5'000'000));
     EXPECT_TRUE(ra.done()) << ra.error.toString();
     EXPECT_TRUE(rb.done()) << rb.error.toString();
     EXPECT_EQ(diff(inA, outA), "");
@@ -861,9 +865,9 @@ TEST(ShmFailure, ClosedSendersBufferIsNotDeliveredAsData) {
   ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 7).ok());
   g.drive([&] { return r.finished(); }, 2);
   EXPECT_TRUE(r.failed()) << "rank 1's receive completed with bytes read from a buffer rank 0 had released"
-                         << (std::all_of(in.begin(), in.end(), [](std::byte b) { return b == std::byte{0xEE}; })
-                                 ? " (it holds the reused contents)"
-                                 : "");
+                          << (std::all_of(in.begin(), in.end(), [](std::byte b) { return b == std::byte{0xEE}; })
+                                  ? " (it holds the reused contents)"
+                                  : "");
 }
 
 // ---- blocking waits ----
@@ -916,11 +920,13 @@ TEST(ShmWait, WaitFdWakesASenderWaitingForRingSpace) {
   for (int i = 0; i < k; ++i) ASSERT_TRUE(g.conn(1, 0).irecv(r[i], in[i], i).ok());
   ASSERT_TRUE(g.t[1]->progress().ok());  // the receiver consumes
   EXPECT_TRUE(readable(fd0, 1000)) << "ring space freed, but the waiting sender's waitFd stayed quiet";
-  ASSERT_TRUE(g.drive([&] {
-    for (int i = 0; i < k; ++i)
-      if (!s[i].finished() || !r[i].finished()) return false;
-    return true;
-  }, 10));
+  ASSERT_TRUE(g.drive(
+      [&] {
+        for (int i = 0; i < k; ++i)
+          if (!s[i].finished() || !r[i].finished()) return false;
+        return true;
+      },
+      10));
   for (int i = 0; i < k; ++i) EXPECT_EQ(diff(in[i], out[i]), "") << i;
 }
 
@@ -971,11 +977,15 @@ Bytes toBytes(const std::string& s) {
   return Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
 }
 
-// Drives one transport for the child's scripts: progress, then a nap (slow on purpose: `napMs` sets the pace).
-void childPump(ShmTransport& t, int napMs) {
+// The child's side of a lockstep transfer: on every "go" from the parent, one progress() (with the parent idle,
+// it moves at most one ring's worth), then "pushed". Parent and child never run progress() at the same time, so
+// the data cannot stream through and the test knows the message is still half way when it kills the child.
+void childLockstep(ShmTransport& t, int fromParent, int toParent) {
   for (;;) {
+    auto go = readMsg(fromParent, 20);
+    if (!go) ::_exit(21);
     (void)t.progress();
-    ::poll(nullptr, 0, napMs);
+    writeMsg(toParent, "pushed");
   }
 }
 
@@ -987,7 +997,7 @@ struct ForkedRank {
   int fromChild = -1, toChild = -1;
   bool reaped = false;
 
-  using Script = std::function<void(ShmTransport&, Connection&, int toParent)>;
+  using Script = std::function<void(ShmTransport&, Connection&, int fromParent, int toParent)>;
   ForkedRank(int rank, uint64_t commId, const Script& script) {
     ignoreSigpipe();
     int up[2], down[2];
@@ -1014,7 +1024,7 @@ struct ForkedRank {
         ::_exit(13);
       }
       writeMsg(toParent, "connected");
-      script(**tr, *(*conns)[1 - rank], toParent);
+      script(**tr, *(*conns)[1 - rank], fromParent, toParent);
       ::_exit(0);
     }
     ::close(up[1]);
@@ -1065,6 +1075,16 @@ struct ParentRank {
   }
 };
 
+// `rounds` of: the child runs progress() once, then this side does (see childLockstep).
+void lockstep(ForkedRank& child, ParentRank& me, int rounds) {
+  for (int i = 0; i < rounds; ++i) {
+    ASSERT_TRUE(writeMsg(child.toChild, "go"));
+    auto pushed = readMsg(child.fromChild);
+    ASSERT_TRUE(pushed && *pushed == "pushed") << "the child stopped answering";
+    ASSERT_TRUE(me.t->progress().ok());
+  }
+}
+
 // Forks the child as `childRank`, connects this process as the other rank.
 void connectWithChild(ForkedRank& child, ParentRank& me, int myRank, uint64_t commId) {
   ASSERT_GT(child.pid, 0) << "fork failed";
@@ -1093,19 +1113,19 @@ void expectPeerGone(const Request& r, int peer) {
   EXPECT_TRUE(contains(r.error.message(), "exited")) << r.error.message();
 }
 
-// The child (rank 1) sends 64 MiB; it dies with the message half through the ring (attach off: the child feeds
-// the ring slowly) or with the attach header sent and its buffer not yet read. The parent's pending receive
-// fails with a remote error within seconds, its sends fail too, and its waitFd goes quiet again.
+// The child (rank 1) sends 64 MiB; it dies with the message a few MiB into the ring (attach off) or with the
+// attach header sent and its buffer not yet read (attach on). The parent's pending receive fails with a remote
+// error within seconds, its later requests fail too, and its waitFd goes quiet again.
 TEST(ShmPeerDeath, KilledInTheMiddleOfALargeMessage) {
   const uint64_t id = freshCommId();
   {
     const size_t n = size_t{64} << 20;
-    ForkedRank child(1, id, [n](ShmTransport& t, Connection& c, int toParent) {
+    ForkedRank child(1, id, [n](ShmTransport& t, Connection& c, int fromParent, int toParent) {
       Bytes out = pattern(n, 77);
       Request s;
       if (!c.isend(s, out, 1).ok()) ::_exit(20);
       writeMsg(toParent, "sending");
-      childPump(t, 20);  // at most one ring (1 MiB) per 20 ms: 64 MiB would take over a second
+      childLockstep(t, fromParent, toParent);
     });
     ParentRank me;
     ASSERT_NO_FATAL_FAILURE(connectWithChild(child, me, 0, id));
@@ -1114,10 +1134,8 @@ TEST(ShmPeerDeath, KilledInTheMiddleOfALargeMessage) {
     ASSERT_TRUE(me.conn->irecv(r, in, 1).ok());
     auto sending = readMsg(child.fromChild);
     ASSERT_TRUE(sending && *sending == "sending");
-    if (ringOnly()) {
-      // Take part of it.
-      me.drive([] { return false; }, 0.25);
-    }
+    // Ring: take a few MiB of it. Attach: this side does not look, or it would pull the whole message at once.
+    if (ringOnly()) ASSERT_NO_FATAL_FAILURE(lockstep(child, me, 4));
     ASSERT_FALSE(r.finished()) << (r.failed() ? r.error.toString() : "64 MiB arrived before the kill");
     child.killAndWaitDead();
     const double t0 = nowSec();
@@ -1144,18 +1162,18 @@ TEST(ShmPeerDeath, MessagesCompletedBeforeTheDeathAreStillDelivered) {
   const uint64_t id = freshCommId();
   {
     const size_t big = size_t{64} << 20;
-    ForkedRank child(1, id, [big](ShmTransport& t, Connection& c, int toParent) {
+    ForkedRank child(1, id, [big](ShmTransport& t, Connection& c, int fromParent, int toParent) {
       Bytes small = pattern(1000, 5), out = pattern(big, 6);
       Request s1, s2;
       if (!c.isend(s1, small, 1).ok() || !c.isend(s2, out, 2).ok()) ::_exit(20);
       writeMsg(toParent, "sent");
-      childPump(t, 20);
+      childLockstep(t, fromParent, toParent);
     });
     ParentRank me;
     ASSERT_NO_FATAL_FAILURE(connectWithChild(child, me, 0, id));
     auto sent = readMsg(child.fromChild);
     ASSERT_TRUE(sent && *sent == "sent");
-    me.drive([] { return false; }, 0.1);  // nothing posted: whatever arrives is kept for later
+    ASSERT_NO_FATAL_FAILURE(lockstep(child, me, 3));  // nothing posted: what arrives is kept for later
     child.killAndWaitDead();
     me.drive([] { return false; }, 0.2);
     Bytes in1(1000), in2(big), in3(8);
@@ -1177,7 +1195,7 @@ TEST(ShmPeerDeath, MessagesCompletedBeforeTheDeathAreStillDelivered) {
 TEST(ShmPeerDeath, SendToAPeerThatDiesFails) {
   const uint64_t id = freshCommId();
   {
-    ForkedRank child(0, id, [](ShmTransport&, Connection&, int toParent) {
+    ForkedRank child(0, id, [](ShmTransport&, Connection&, int, int toParent) {
       writeMsg(toParent, "idle");
       for (;;) ::pause();  // never reads: a receiver that streams would take 64 MiB in a few milliseconds
     });
@@ -1198,12 +1216,13 @@ TEST(ShmPeerDeath, SendToAPeerThatDiesFails) {
 }
 
 // The creator of a segment (the lower rank) is killed inside connectAll, after creating the segment and before
-// its peer attached: the segment must not stay in /dev/shm ("removed on ... crash of the owner").
+// its peer attached: nothing may stay in /dev/shm ("removed on ... crash of the owner"). Segments are anonymous
+// memfds handed over by descriptor, so none may appear there at any time, during connect or after the crash.
 TEST(ShmPeerDeath, CreatorKilledDuringConnectLeavesNoSegment) {
   const uint64_t id = freshCommId();
   const std::string prefix = segmentPrefix(id);
   {
-    ForkedRank child(0, id, [](ShmTransport&, Connection&, int) {});
+    ForkedRank child(0, id, [](ShmTransport&, Connection&, int, int) {});
     ASSERT_GT(child.pid, 0);
     auto tr = ShmTransport::create(configFor(1, 2, id));
     ASSERT_TRUE(tr);
@@ -1212,9 +1231,11 @@ TEST(ShmPeerDeath, CreatorKilledDuringConnectLeavesNoSegment) {
     ASSERT_TRUE(readMsg(child.fromChild));
     ASSERT_TRUE(writeMsg(child.toChild, blob->data(), static_cast<uint32_t>(blob->size())));
     // Rank 1 never calls connectAll; rank 0 creates the segment and waits for the attach.
-    const Deadline d = Deadline::afterSec(5);
-    while (devShmEntries(prefix).empty() && !d.expired()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    ASSERT_FALSE(devShmEntries(prefix).empty()) << "the child never created its segment";
+    const Deadline d = Deadline::afterSec(0.5);
+    while (!d.expired()) {
+      ASSERT_TRUE(devShmEntries(prefix).empty()) << "a named segment appeared in /dev/shm during connect";
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
     child.killAndWaitDead();
   }
   std::string left = leftoversOf(id);
@@ -1230,12 +1251,12 @@ TEST(ShmPeerDeath, KilledBeforeItsAttachBufferWasRead) {
   const uint64_t id = freshCommId();
   {
     const size_t n = cmaThreshold() + 12345;
-    ForkedRank child(1, id, [n](ShmTransport& t, Connection& c, int toParent) {
+    ForkedRank child(1, id, [n](ShmTransport& t, Connection& c, int fromParent, int toParent) {
       Bytes out = pattern(n, 9);
       Request s;
       if (!c.isend(s, out, 1).ok()) ::_exit(20);
       writeMsg(toParent, "sent");
-      childPump(t, 20);
+      childLockstep(t, fromParent, toParent);
     });
     ParentRank me;
     ASSERT_NO_FATAL_FAILURE(connectWithChild(child, me, 0, id));
@@ -1261,8 +1282,7 @@ int runChild(const std::vector<std::string>& extraEnv, const std::string& filter
   std::vector<std::string> envs;
   for (char** e = environ; *e; ++e) {
     std::string s = *e;
-    if (s.rfind("HETCOMM_SHM_CMA_BYTES=", 0) == 0 || s.rfind("HC_TEST_SHM_CHILD=", 0) == 0 ||
-        s.rfind("GTEST_", 0) == 0)
+    if (s.rfind("HETCOMM_SHM_CMA_BYTES=", 0) == 0 || s.rfind("HC_TEST_SHM_CHILD=", 0) == 0 || s.rfind("GTEST_", 0) == 0)
       continue;
     envs.push_back(s);
   }
