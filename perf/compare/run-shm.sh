@@ -2,27 +2,32 @@
 # Shared-memory benchmark (issue 3): hetcomm's shm transport vs Open MPI's vader BTL, and vs the host's memcpy.
 #
 # Builds mpi_allreduce.c (with mpicc) and memcpy_bw.c (with cc) into $BUILD_DIR/compare, then runs, alternating
-# A2 B2 A4 B4 C D, A2 B2 A4 B4 C D, ... for --rounds rounds so that machine drift hits every peer alike:
+# A2 B2 A4 B4 C P D, A2 B2 A4 B4 C P D, ... for --rounds rounds so that machine drift hits every peer alike:
 #   A<N> hetcomm_npN   $BUILD_DIR/bin/hetcomm-run -np N -x HETCOMM_TRANSPORT=shm $BUILD_DIR/bin/all_reduce_perf
 #                      -b 1M -e 64M -f 64 -c 0 -n ITERS -w WARMUP   (HETCOMM_TRANSPORT in the environment overrides)
 #   B<N> vader_npN     mpirun --allow-run-as-root --oversubscribe --bind-to none -np N --mca pml ob1
 #                      --mca btl vader,self mpi_allreduce --sizes 1M,64M --iters ITERS --warmup WARMUP
 #   C    sendrecv      $BUILD_DIR/bin/hetcomm-run -np 2 -x HETCOMM_TRANSPORT=shm $BUILD_DIR/bin/sendrecv_perf
-#                      -b 64M -e 64M -c 0 -n ITERS -w WARMUP   (busbw = algbw = bytes/time, each direction)
+#                      -b 64M -e 64M -c 0 -n ITERS -w WARMUP   (both directions at once; busbw = algbw =
+#                      bytes/time of each direction; information only, not a criterion)
+#   P    p2p_bw        $BUILD_DIR/bin/hetcomm-run -np 2 -x HETCOMM_TRANSPORT=shm $BUILD_DIR/bin/p2p_bw
+#                      -b 64M -e 64M -n ITERS -w WARMUP   (one-way, osu_bw style: rank 0 streams a window of 4
+#                      messages to rank 1, rank 1 acks each window; GB/s = bytes / time, 3rd field of its row)
 #   D    memcpy        memcpy_bw --bytes 64M --passes P   (single-thread glibc memcpy, best of P passes)
 # for N in --nranks (default 2,4). Every run is a fresh set of processes. With 4 ranks the 2 cores of this machine
 # are oversubscribed; Open MPI's vader busy-polls, and is measured as it is (no yield/blocking knobs are set).
-# The out-of-place busbw (8th field of an nccl-tests row; memcpy_bw's best-pass GB/s for memcpy) is collected per
-# size per round; the script prints the median (min-max) per peer and size, the ratios hetcomm/vader per N at
-# 64 MiB and 1 MiB and sendrecv/memcpy at 64 MiB, and writes them to --json.
-# Criteria (issue 3): hetcomm/vader >= 1.5 at 64 MiB for every N, and sendrecv busbw >= 0.5 x memcpy GB/s.
+# The out-of-place busbw (8th field of an nccl-tests row; p2p_bw's GB/s; memcpy_bw's best-pass GB/s for memcpy) is
+# collected per size per round; the script prints the median (min-max) per peer and size, the ratios hetcomm/vader
+# per N at 64 MiB and 1 MiB, p2p_bw/memcpy and (information) sendrecv/memcpy at 64 MiB, and writes them to --json.
+# Criteria (issue 3): hetcomm/vader >= 1.5 at 64 MiB for every N, and the shm transport's one-way point-to-point
+# bandwidth at 64 MiB (p2p_bw GB/s) >= 0.5 x the single-thread memcpy GB/s.
 #
 # Usage: perf/compare/run-shm.sh [--rounds 5] [--iters 20] [--warmup 5] [--build-dir DIR] [--json FILE]
 #                                [--nranks 2,4] [--no-p2p] [--no-allreduce] [--memcpy-passes 10] [--require]
 #                                [--timeout 600] [--wait-quiet SEC] [--rerun-noisy N]
 #   --build-dir  hetcomm's build dir (default $BUILD_DIR, else <repo>/build); helpers go to <build-dir>/compare
 #   --nranks     rank counts for the allreduce comparison (comma-separated)
-#   --no-p2p / --no-allreduce   skip the sendrecv-vs-memcpy part / the allreduce-vs-vader part
+#   --no-p2p / --no-allreduce   skip the point-to-point part (sendrecv, p2p_bw, memcpy) / the allreduce-vs-vader part
 #   --require    exit 3 unless every criterion that was measured passes
 #   --wait-quiet before each run, wait up to SEC seconds until the CPUs are <= 15% busy (shared machine: another
 #                tenant's compile on one of the 2 cores ruins the figures, Open MPI's most of all); default 0.
@@ -30,7 +35,8 @@
 #                benchmarks run un-niced) took > 10% of the CPU time during it; default 0. The load before and
 #                during each run is printed and recorded in the JSON either way.
 #   Recommended on the shared machine: --wait-quiet 300 --rerun-noisy 3
-#   HETCOMM_EXTRA_ARGS (env) is appended to all_reduce_perf's and sendrecv_perf's arguments.
+#   HETCOMM_EXTRA_ARGS (env) is appended to all_reduce_perf's and sendrecv_perf's arguments (not p2p_bw's, which
+#                takes none of the nccl-tests options such as -c).
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -125,9 +131,11 @@ fi
 HETCOMM_RUN=$BUILD/bin/hetcomm-run
 HETCOMM_PERF=$BUILD/bin/all_reduce_perf
 HETCOMM_SR=$BUILD/bin/sendrecv_perf
+HETCOMM_P2P=$BUILD/bin/p2p_bw
 [[ -x $HETCOMM_RUN ]] || die "hetcomm launcher missing: $HETCOMM_RUN (build hetcomm first)"
 [[ $RUN_ALLREDUCE -eq 0 || -x $HETCOMM_PERF ]] || die "hetcomm benchmark missing: $HETCOMM_PERF (build hetcomm first)"
 [[ $RUN_P2P -eq 0 || -x $HETCOMM_SR ]] || die "hetcomm benchmark missing: $HETCOMM_SR (build hetcomm first)"
+[[ $RUN_P2P -eq 0 || -x $HETCOMM_P2P ]] || die "hetcomm benchmark missing: $HETCOMM_P2P (build hetcomm first)"
 [[ $RUN_ALLREDUCE -eq 0 || -x $MPI_BIN ]] || die "missing $MPI_BIN"
 [[ $RUN_P2P -eq 0 || -x $MEMCPY_BIN ]] || die "missing $MEMCPY_BIN"
 
@@ -177,18 +185,21 @@ vader_cmd() {  # NP
 }
 SR_CMD=("$HETCOMM_RUN" -np 2 -x "HETCOMM_TRANSPORT=$HETCOMM_TRANSPORT_USED" "$HETCOMM_SR" -b 64M -e 64M -c 0
         -n "$ITERS" -w "$WARMUP" ${EXTRA[@]+"${EXTRA[@]}"})
+P2P_CMD=("$HETCOMM_RUN" -np 2 -x "HETCOMM_TRANSPORT=$HETCOMM_TRANSPORT_USED" "$HETCOMM_P2P" -b 64M -e 64M
+         -n "$ITERS" -w "$WARMUP")
 MEMCPY_CMD=("$MEMCPY_BIN" --bytes "$P2P_BYTES" --passes "$MEMCPY_PASSES")
 
 # extract PEER ROUND LOGFILE SIZES: print "peer size round busbw" lines for the wanted sizes from an nccl-tests style
-# table (busbw = 8th field) or from memcpy_bw's row (best GB/s = 3rd field, peer "memcpy"). A leading "[N]"
-# (hetcomm-run's rank prefix) is stripped; prefixed lines from ranks other than 0 are ignored.
+# table (busbw = 8th field), from p2p_bw's rows ("size time_us GB/s": GB/s = 3rd field, peer "p2p_bw") or from
+# memcpy_bw's row (best GB/s = 3rd field, peer "memcpy"). A leading "[N]" (hetcomm-run's rank prefix) is stripped;
+# prefixed lines from ranks other than 0 are ignored; lines starting with "#" are comments.
 extract() {
   local peer=$1 round=$2 log=$3 sizes=$4
   python3 - "$peer" "$round" "$log" "$sizes" <<'PY'
 import re, sys
 peer, rnd, log, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 want = [int(s) for s in sizes.split(",")]
-field = 2 if peer == "memcpy" else 7
+field = 2 if peer in ("memcpy", "p2p_bw") else 7
 got = {}
 for line in open(log, errors="replace"):
     m = re.match(r"\s*\[([^\]]*)\]\s?(.*)$", line)
@@ -198,7 +209,9 @@ for line in open(log, errors="replace"):
             continue
         line = m.group(2)
     f = line.split()
-    if len(f) <= field or not f[0].isdigit() or not f[1].isdigit():
+    if len(f) <= field or f[0].startswith("#") or not f[0].isdigit():
+        continue
+    if peer != "p2p_bw" and not f[1].isdigit():  # nccl-tests: count; memcpy_bw: passes (p2p_bw: time, a float)
         continue
     try:
         size, bw = int(f[0]), float(f[field])
@@ -228,7 +241,7 @@ PEERS=()
 if [[ $RUN_ALLREDUCE -eq 1 ]]; then
   for n in "${NRANKS_LIST[@]}"; do PEERS+=("hetcomm_np$n" "vader_np$n"); done
 fi
-[[ $RUN_P2P -eq 1 ]] && PEERS+=(sendrecv memcpy)
+[[ $RUN_P2P -eq 1 ]] && PEERS+=(sendrecv p2p_bw memcpy)
 
 echo "run-shm: this host ($(nproc) CPUs), HETCOMM_TRANSPORT=$HETCOMM_TRANSPORT_USED, $ROUNDS rounds of ${PEERS[*]}," \
      "warmup $WARMUP, iters $ITERS, memcpy passes $MEMCPY_PASSES; logs in $LOG_DIR" >&2
@@ -238,6 +251,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       hetcomm_np*) hetcomm_cmd "${peer#hetcomm_np}"; want=$sizes_csv ;;
       vader_np*) vader_cmd "${peer#vader_np}"; want=$sizes_csv ;;
       sendrecv) CMD=("${SR_CMD[@]}"); want=$P2P_BYTES ;;
+      p2p_bw) CMD=("${P2P_CMD[@]}"); want=$P2P_BYTES ;;
       memcpy) CMD=("${MEMCPY_CMD[@]}"); want=$P2P_BYTES ;;
     esac
     attempt=0
@@ -274,10 +288,11 @@ done
 hetcomm_cmd N; HC_CMD_STR=${CMD[*]}
 vader_cmd N; VADER_CMD_STR=${CMD[*]}
 python3 - "$SAMPLES" "$BUSY" "$JSON_OUT" "$REQUIRE" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$NOISY_PCT" \
-  "$MEMCPY_PASSES" "$HETCOMM_TRANSPORT_USED" "$HC_CMD_STR" "$VADER_CMD_STR" "${SR_CMD[*]}" "${MEMCPY_CMD[*]}" <<'PY'
+  "$MEMCPY_PASSES" "$HETCOMM_TRANSPORT_USED" "$HC_CMD_STR" "$VADER_CMD_STR" "${SR_CMD[*]}" "${P2P_CMD[*]}" \
+  "${MEMCPY_CMD[*]}" <<'PY'
 import json, os, platform, statistics, sys, time
 samples, busy_file, json_out, require, rounds, iters, warmup, log_dir, noisy_pct, passes, transport = sys.argv[1:12]
-cmd_hetcomm, cmd_vader, cmd_sendrecv, cmd_memcpy = sys.argv[12:16]
+cmd_hetcomm, cmd_vader, cmd_sendrecv, cmd_p2p, cmd_memcpy = sys.argv[12:17]
 noisy_pct = float(noisy_pct)
 AR_MIN, P2P_MIN = 1.5, 0.5
 load = [(p, int(r), float(b), float(o), int(a))
@@ -312,13 +327,17 @@ def cell(st):
 print()
 print(f"hetcomm shm transport (HETCOMM_TRANSPORT={transport}) vs Open MPI vader BTL and memcpy, this host "
       f"({os.cpu_count()} CPUs); GB/s (1e9), median (min-max) of {rounds} rounds, warmup {warmup}, iters {iters}")
-print("allreduce float32 sum: out-of-place busbw; sendrecv: busbw = algbw per direction (2 ranks); "
+print("allreduce float32 sum: out-of-place busbw; sendrecv (both directions at once, information only): "
+      "busbw = algbw per direction (2 ranks);")
+print("p2p_bw: one-way rank 0 -> rank 1, window of 4 messages + ack (osu_bw style); "
       f"memcpy: single-thread glibc memcpy, best of {passes} passes")
-print(f"{'peer':<14}" + "".join(f"{label(s):>26}" for s in sizes))
+PEER_LABEL = {"sendrecv": "sendrecv (both directions at once)", "p2p_bw": "p2p_bw (one-way)"}
+w = max([14] + [len(PEER_LABEL.get(p, p)) + 2 for p in order])
+print(f"{'peer':<{w}}" + "".join(f"{label(s):>26}" for s in sizes))
 for p in order:
-    print(f"{p:<14}" + "".join(f"{cell(stats[p].get(s)):>26}" for s in sizes))
+    print(f"{PEER_LABEL.get(p, p):<{w}}" + "".join(f"{cell(stats[p].get(s)):>26}" for s in sizes))
 
-ratios, criteria = {}, []
+ratios, criteria, info = {}, [], []
 if nranks:
     print()
     for n in nranks:
@@ -338,18 +357,24 @@ if nranks:
             rat = ratios[f"np{n}"][str(big)]["hetcomm/vader"]
             criteria.append({"name": f"allreduce busbw hetcomm/vader at {label(big)}, {n} ranks",
                              "value": rat, "threshold": AR_MIN, "pass": rat >= AR_MIN})
-p2p = None
-if "sendrecv" in stats and "memcpy" in stats:
-    s = max(set(stats["sendrecv"]) & set(stats["memcpy"]))
-    rat = stats["sendrecv"][s]["median"] / stats["memcpy"][s]["median"]
-    pr = paired("sendrecv", "memcpy", s)
-    p2p = {"size": s, "sendrecv/memcpy": rat, "paired_per_round": pr}
-    ratios["p2p"] = {str(s): {"sendrecv/memcpy": rat, "paired_per_round": pr}}
+if "memcpy" in stats and ("p2p_bw" in stats or "sendrecv" in stats):
     print()
-    print(f"ratio sendrecv busbw / memcpy GB/s, {label(s):>7}: {rat:.3f}"
+for peer, what in (("p2p_bw", "p2p_bw one-way GB/s"), ("sendrecv", "sendrecv busbw (both directions at once, info)")):
+    if peer not in stats or "memcpy" not in stats:
+        continue
+    s = max(set(stats[peer]) & set(stats["memcpy"]))
+    rat = stats[peer][s]["median"] / stats["memcpy"][s]["median"]
+    pr = paired(peer, "memcpy", s)
+    ratios.setdefault("p2p", {}).setdefault(str(s), {}).update(
+        {f"{peer}/memcpy": rat, f"{peer}/memcpy_paired_per_round": pr})
+    print(f"ratio {what} / memcpy GB/s, {label(s):>7}: {rat:.3f}"
           + (f"   (per-round pairs: median {pr['median']:.3f}, {pr['min']:.3f}-{pr['max']:.3f})" if pr else ""))
-    criteria.append({"name": f"shm sendrecv busbw / single-thread memcpy GB/s at {label(s)}",
-                     "value": rat, "threshold": P2P_MIN, "pass": rat >= P2P_MIN})
+    if peer == "sendrecv":
+        info.append({"name": f"sendrecv (both directions at once) busbw / single-thread memcpy GB/s at {label(s)}",
+                     "value": rat, "note": "information only, not a criterion"})
+    if peer == "p2p_bw":
+        criteria.append({"name": f"shm one-way point-to-point GB/s (p2p_bw) / single-thread memcpy GB/s at {label(s)}",
+                         "value": rat, "threshold": P2P_MIN, "pass": rat >= P2P_MIN})
 print()
 for c in criteria:
     print(f"criterion {c['name']} >= {c['threshold']}: {c['value']:.3f} {'PASS' if c['pass'] else 'FAIL'}")
@@ -364,14 +389,17 @@ if noisy:
 if json_out:
     doc = {
         "benchmark": "hetcomm shm transport: allreduce float32 sum out-of-place busbw vs Open MPI vader BTL; "
-                     "sendrecv busbw vs single-thread memcpy",
+                     "one-way point-to-point GB/s (p2p_bw) vs single-thread memcpy; sendrecv busbw (both "
+                     "directions at once) for information",
         "nranks": nranks, "rounds": int(rounds), "iters": int(iters), "warmup": int(warmup),
         "memcpy_passes": int(passes), "hetcomm_transport": transport,
-        "busbw_unit": "GB/s (1e9 B/s); allreduce busbw = algbw * 2(n-1)/n; sendrecv busbw = algbw (per direction); "
-                      "memcpy = bytes copied / 1e9 / s of the best pass",
+        "busbw_unit": "GB/s (1e9 B/s); allreduce busbw = algbw * 2(n-1)/n; sendrecv busbw = algbw (per direction, "
+                      "both directions at once); p2p_bw = one-way bytes / 1e9 / s (rank 0 -> rank 1, window of 4 "
+                      "messages, 1-byte ack per window); memcpy = bytes copied / 1e9 / s of the best pass",
         "host": platform.node(), "cpus": os.cpu_count(), "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "env": {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "HETCOMM_EXTRA_ARGS") if k in os.environ},
-        "commands": {"hetcomm": cmd_hetcomm, "vader": cmd_vader, "sendrecv": cmd_sendrecv, "memcpy": cmd_memcpy},
+        "commands": {"hetcomm": cmd_hetcomm, "vader": cmd_vader, "sendrecv": cmd_sendrecv, "p2p_bw": cmd_p2p,
+                     "memcpy": cmd_memcpy},
         "logs": log_dir,
         "load": {"note": "busy_before: % of CPU time not idle in the 0.5 s before the run; niced_during: % of CPU "
                          "time in niced tasks (the other builders) during the run; attempts: runs made (noisy ones "
@@ -382,6 +410,7 @@ if json_out:
         "busbw": {p: {str(s): st for s, st in stats[p].items()} for p in order},
         "ratios": ratios,
         "criteria": criteria,
+        "info": info,
         "pass": verdict,
     }
     with open(json_out, "w") as f:

@@ -2,16 +2,21 @@
 //
 // Each pair of ranks shares one shared-memory segment with a ring per direction. The lower rank creates it as an
 // anonymous memfd and passes the descriptor to the higher rank over a Unix socket (SCM_RIGHTS): the segment never
-// has a name, so nothing can be left in /dev/shm, whatever way the processes end. Messages below a threshold are copied
-// through the ring (two copies, no system call); larger ones are pulled by the receiver straight from the sender's
-// buffer with process_vm_readv (one copy, cross-memory attach), the sender's request completing when the receiver
-// acknowledges. Where the kernel forbids cross-memory attach (ptrace restrictions), a pair falls back to the ring.
+// has a name, so nothing can be left in /dev/shm, whatever way the processes end.
+//
+// Messages of a collective's chunk size are pulled by the receiver straight from the sender's buffer with
+// process_vm_readv (one copy, cross-memory attach), the sender's request completing when the receiver
+// acknowledges. Smaller and larger messages are copied through the ring (two copies, pipelined over both
+// processes, no system call). Where the kernel forbids cross-memory attach (ptrace restrictions), a pair uses the
+// ring for everything.
 //
 // Waiting blocks: a receiver (or a sender facing a full ring) raises a flag in the segment before the engine
 // sleeps, and the peer sends it a one-byte datagram on an abstract Unix socket after writing. The peer's pidfd is
 // in the epoll set too, so a peer that dies fails the connection at once instead of at the timeout.
 //
-// Parameter: HETCOMM_SHM_CMA_BYTES, the smallest message sent by cross-memory attach (default 256K; 0 disables).
+// Parameters: HETCOMM_SHM_CMA_BYTES and HETCOMM_SHM_CMA_MAX_BYTES, the range of message sizes sent by cross-memory
+// attach (default 256K to 1M: a collective's chunks; 0 disables it). Larger messages stream through the ring,
+// where sender and receiver copy on two cores at once.
 #pragma once
 
 #include <memory>

@@ -58,13 +58,17 @@ constexpr size_t kRing = 1 << 20;
 constexpr size_t kHeader = 32;
 constexpr size_t kMaxChunk = kRing / 4;
 
-// The smallest message sent by cross-memory attach in this process (0: never).
+// The range of message sizes sent by cross-memory attach in this process (min 0: never).
 size_t cmaThreshold() {
   static const size_t v = static_cast<size_t>(std::max<int64_t>(0, param::readInt("SHM_CMA_BYTES", 256 << 10)));
   return v;
 }
+size_t cmaMax() {
+  static const size_t v = static_cast<size_t>(std::max<int64_t>(0, param::readInt("SHM_CMA_MAX_BYTES", 1 << 20)));
+  return v;
+}
 bool ringOnly() { return cmaThreshold() == 0; }
-bool viaCma(size_t n) { return cmaThreshold() > 0 && n >= cmaThreshold(); }
+bool viaCma(size_t n) { return cmaThreshold() > 0 && n >= cmaThreshold() && n <= cmaMax(); }
 
 // ---- data helpers ----
 
