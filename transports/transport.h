@@ -59,6 +59,17 @@ struct Request {
   bool done() const { return state == State::kDone; }
   bool failed() const { return state == State::kFailed; }
   bool finished() const { return state == State::kDone || state == State::kFailed; }
+
+  // For transports: finish it. A finished request stays as it is (the first outcome wins).
+  void succeed(size_t n) {
+    state = State::kDone;
+    bytes = n;
+  }
+  void fail(const Status& why) {
+    if (finished()) return;
+    state = State::kFailed;
+    error = why;
+  }
 };
 
 // A connection to one peer. Only the progress engine thread calls it.

@@ -120,16 +120,6 @@ sockaddr_un notifyAddress(uint64_t nonce, int rank, socklen_t* len) {
   return a;
 }
 
-void finish(Request* r, size_t bytes) {
-  r->state = Request::State::kDone;
-  r->bytes = bytes;
-}
-void failReq(Request* r, const Status& why) {
-  if (r->finished()) return;
-  r->state = Request::State::kFailed;
-  r->error = why;
-}
-
 }  // namespace
 
 // ---- one peer ----
@@ -236,9 +226,7 @@ struct ShmTransport::Impl {
   std::vector<ShmConnection*> conns;                                // owned by the communicator
 };
 
-bool ShmConnection::lateReceiveIsFree(size_t bytes) const {
-  return cmaIn_ && t_->useCma(bytes);
-}
+bool ShmConnection::lateReceiveIsFree(size_t bytes) const { return cmaIn_ && t_->useCma(bytes); }
 
 ShmConnection::~ShmConnection() {
   close(invalidUsage("connection to rank %d closed", peer_));
@@ -298,7 +286,7 @@ bool ShmConnection::flushOut() {
     moved = true;
     o.sent += payload;
     if (o.kind == FrameHeader::kData && o.sent < o.total) continue;
-    if (o.kind == FrameHeader::kData) finish(o.req, o.total);  // copied out of the caller's buffer
+    if (o.kind == FrameHeader::kData) o.req->succeed(o.total);  // copied out of the caller's buffer
     if (o.kind == FrameHeader::kCma) {
       o.req->bytes = o.total;  // reported when the receiver's acknowledgement completes it
       awaitingAck_[o.tag] = o.req;
@@ -312,7 +300,7 @@ Status ShmConnection::isend(Request& req, std::span<const std::byte> buf, uint64
   req.state = Request::State::kPending;
   req.bytes = 0;
   if (!broken_.ok() || peerExited_) {
-    failReq(&req, broken_.ok() ? gone() : broken_);
+    req.fail(broken_.ok() ? gone() : broken_);
     return okStatus();
   }
   bool cma = cmaOut_ && t_->useCma(buf.size());
@@ -342,9 +330,10 @@ Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
       return internalError("shm: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
                            peer_);
     if (in.total != buf.size()) {
-      failReq(&req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls made "
-                                 "with different counts?",
-                                 peer_, (unsigned long long)in.total, (unsigned long long)tag, me_, buf.size()));
+      req.fail(
+          invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls made "
+                       "with different counts?",
+                       peer_, (unsigned long long)in.total, (unsigned long long)tag, me_, buf.size()));
       if (in.cma) {  // let the sender go: its buffer is not read
         outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
         inbound_.erase(it);
@@ -365,7 +354,7 @@ Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
     return okStatus();
   }
   if (!broken_.ok() || peerExited_) {
-    failReq(&req, broken_.ok() ? gone() : broken_);
+    req.fail(broken_.ok() ? gone() : broken_);
     return okStatus();
   }
   Inbound& in = inbound_[tag];
@@ -400,7 +389,7 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
   }
   Request* req = in.req;
   inbound_.erase(tag);
-  finish(req, done);
+  req->succeed(done);
   outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
   flushOut();
 }
@@ -416,7 +405,7 @@ void ShmConnection::finishInbound(uint64_t tag, Inbound& in) {
   Request* req = in.req;
   uint64_t total = in.total;
   inbound_.erase(tag);
-  finish(req, total);
+  req->succeed(total);
 }
 
 void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
@@ -428,10 +417,10 @@ void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
       in.intoUser = true;
     } else {
       if (in.req) {
-        failReq(in.req,
-                invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                             "made with different counts?",
-                             peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
+        in.req->fail(
+            invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                         "made with different counts?",
+                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
         in.req = nullptr;
         in.discard = true;
       }
@@ -472,10 +461,10 @@ bool ShmConnection::readIn() {
           if (in.user.size() == h.total) {
             pull(h.tag, in);
           } else {
-            failReq(in.req,
-                    invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
-                                 "calls made with different counts?",
-                                 peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
+            in.req->fail(
+                invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
+                             "calls made with different counts?",
+                             peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
             inbound_.erase(h.tag);
             outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
           }
@@ -485,7 +474,7 @@ bool ShmConnection::readIn() {
       case FrameHeader::kAck: {
         auto it = awaitingAck_.find(h.tag);
         if (it != awaitingAck_.end()) {
-          finish(it->second, it->second->bytes);
+          it->second->succeed(it->second->bytes);
           awaitingAck_.erase(it);
         }
         break;
@@ -547,13 +536,13 @@ void ShmConnection::peerExited() {
       ++it;
       continue;
     }
-    if (in.req) failReq(in.req, why);
+    if (in.req) in.req->fail(why);
     it = inbound_.erase(it);
   }
   for (auto& o : outq_)
-    if (o.req) failReq(o.req, why);
+    if (o.req) o.req->fail(why);
   outq_.clear();
-  for (auto& [tag, req] : awaitingAck_) failReq(req, why);
+  for (auto& [tag, req] : awaitingAck_) req->fail(why);
   awaitingAck_.clear();
 }
 
@@ -562,12 +551,12 @@ void ShmConnection::fail(const Status& why) {
   broken_ = why;
   seg_->closed[side_].store(1, std::memory_order_seq_cst);  // before any caller can release a buffer
   for (auto& [tag, in] : inbound_)
-    if (in.req) failReq(in.req, why);
+    if (in.req) in.req->fail(why);
   inbound_.clear();
   for (auto& o : outq_)
-    if (o.req) failReq(o.req, why);
+    if (o.req) o.req->fail(why);
   outq_.clear();
-  for (auto& [tag, req] : awaitingAck_) failReq(req, why);
+  for (auto& [tag, req] : awaitingAck_) req->fail(why);
   awaitingAck_.clear();
 }
 

@@ -27,15 +27,6 @@ constexpr size_t kReadBudgetBytes = 8 << 20;
 constexpr size_t kMaxAbortReason = 1024;
 constexpr size_t kMaxIov = 32;
 
-void finishRequest(Request* req, size_t bytes) {
-  req->state = Request::State::kDone;
-  req->bytes = bytes;
-}
-void failRequest(Request* req, const Status& why) {
-  if (req->finished()) return;
-  req->state = Request::State::kFailed;
-  req->error = why;
-}
 }  // namespace
 
 TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
@@ -76,11 +67,11 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
   req.state = Request::State::kPending;
   req.bytes = 0;
   if (!broken_.ok()) {
-    failRequest(&req, broken_);
+    req.fail(broken_);
     return okStatus();
   }
   if (eofStreams_ > 0) {
-    failRequest(&req, peerGone());
+    req.fail(peerGone());
     return okStatus();
   }
   const size_t total = buf.size();
@@ -154,7 +145,7 @@ void TcpConnection::flush(TcpStream& s) {
       Request* req = seg.req;
       uint64_t total = seg.hdr.total;
       s.sendq.pop_front();
-      if (--req->pending == 0) finishRequest(req, total);
+      if (--req->pending == 0) req->succeed(total);
     }
   }
   setWantWrite(s, false);
@@ -194,10 +185,10 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
       return internalError("tcp: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
                            peer_);
     if (in.total != buf.size()) {
-      failRequest(&req,
-                  invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                               "made with different counts?",
-                               peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_, buf.size()));
+      req.fail(
+          invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
+                       "made with different counts?",
+                       peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_, buf.size()));
       if (in.complete) {
         inbound_.erase(it);
       } else {
@@ -207,7 +198,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
     }
     if (in.complete) {
       if (!buf.empty()) std::memcpy(buf.data(), in.buf.get(), buf.size());
-      finishRequest(&req, buf.size());
+      req.succeed(buf.size());
       inbound_.erase(it);
       return okStatus();
     }
@@ -216,11 +207,11 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
     return okStatus();
   }
   if (!broken_.ok()) {
-    failRequest(&req, broken_);
+    req.fail(broken_);
     return okStatus();
   }
   if (eofStreams_ == streams_.size()) {
-    failRequest(&req, peerGone());
+    req.fail(peerGone());
     return okStatus();
   }
   Inbound& in = inbound_[tag];
@@ -239,10 +230,10 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
     } else {
       if (in.req) {
         in.discard = true;
-        failRequest(in.req, invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
-                                         "calls made with different counts?",
-                                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, myRank_,
-                                         in.user.size()));
+        in.req->fail(
+            invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
+                         "calls made with different counts?",
+                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, myRank_, in.user.size()));
         in.req = nullptr;
       }
       in.buf.reset(new std::byte[h.total ? h.total : 1]);
@@ -272,7 +263,7 @@ void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
   }
   if (!in.req) return;  // arrived early: waits for its irecv
   if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
-  finishRequest(in.req, in.total);
+  in.req->succeed(in.total);
   inbound_.erase(tag);
 }
 
@@ -383,11 +374,11 @@ void TcpConnection::streamEof(TcpStream& s) {
       ++it;
       continue;
     }
-    if (it->second.req) failRequest(it->second.req, gone);
+    if (it->second.req) it->second.req->fail(gone);
     it = inbound_.erase(it);
   }
   for (auto& st : streams_) {
-    for (auto& seg : st->sendq) failRequest(seg.req, gone);
+    for (auto& seg : st->sendq) seg.req->fail(gone);
     st->sendq.clear();
     st->queuedBytes = 0;
   }
@@ -398,10 +389,10 @@ void TcpConnection::fail(Status why) {
   broken_ = why;
   HC_TRACE(Net, "tcp: connection to rank %d failed: %s", peer_, why.toString().c_str());
   for (auto& [tag, in] : inbound_)
-    if (in.req) failRequest(in.req, why);
+    if (in.req) in.req->fail(why);
   inbound_.clear();
   for (auto& s : streams_) {
-    for (auto& seg : s->sendq) failRequest(seg.req, why);
+    for (auto& seg : s->sendq) seg.req->fail(why);
     s->sendq.clear();
     s->queuedBytes = 0;
     if (s->sock.is_open()) {
