@@ -582,6 +582,7 @@ void Communicator::abort() {
   exec_.reset();
   Status why = asyncError();
   for (auto& op : drop) finishOp(op, why);
+  Engine::get().wake();  // ops of other communicators may have waited on these (stream order)
   conns_.clear();
   connPtrs_.clear();
   transports_.clear();
