@@ -110,8 +110,18 @@ Result<bool> Executor::advance(bool* moved) {
       }
     }
     while (!ready_.empty()) {
-      uint32_t i = ready_.back();
-      ready_.pop_back();
+      // Receives first: a receive posted before the send that provokes the peer's reply avoids an early arrival
+      // (an extra copy on eager transports), and tells a transport that traffic flows both ways.
+      auto recv = std::find_if(ready_.rbegin(), ready_.rend(),
+                               [&](uint32_t i) { return sched_->steps[i].op == Step::Op::kRecv; });
+      uint32_t i;
+      if (recv != ready_.rend()) {
+        i = *recv;
+        ready_.erase(std::next(recv).base());
+      } else {
+        i = ready_.back();
+        ready_.pop_back();
+      }
       HC_TRY(issue(i));
       progressed = true;
       if (moved) *moved = true;

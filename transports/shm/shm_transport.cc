@@ -188,6 +188,12 @@ class ShmConnection final : public Connection {
 
   bool flushOut();
   bool readIn();
+  // A posted receive from the peer still waits for its data: traffic flows both ways.
+  bool waitingReceives() const {
+    for (const auto& [tag, in] : inbound_)
+      if (in.req && !in.complete) return true;
+    return false;
+  }
   void handleData(const FrameHeader& h, uint64_t payloadPos);
   void pull(uint64_t tag, Inbound& in);  // cross-memory attach into the posted buffer, then ack
   void finishInbound(uint64_t tag, Inbound& in);
@@ -305,7 +311,11 @@ Status ShmConnection::isend(Request& req, std::span<const std::byte> buf, uint64
     req.fail(broken_.ok() ? gone() : broken_);
     return okStatus();
   }
-  bool cma = cmaOut_ && t_->useCma(buf.size());
+  // Chunk-sized messages go by attach. Larger ones stream through the ring when traffic flows one way (both cores
+  // copy at once: 1.6x faster here), but by attach when this rank also waits for data from the peer: then both
+  // directions' copies compete, and one copy per direction beats two (4x faster here).
+  const bool twoWay = buf.size() > t_->cmaMaxBytes && waitingReceives();
+  bool cma = cmaOut_ && (t_->useCma(buf.size()) || (t_->cmaBytes > 0 && twoWay));
   outq_.push_back({cma ? FrameHeader::kCma : FrameHeader::kData, &req, tag, buf.size(), buf.data()});
   flushOut();
   return okStatus();
