@@ -49,6 +49,11 @@ NP=2
 SIZES_BYTES=(1048576 67108864)
 
 die() { echo "run-foundation: error: $*" >&2; exit 1; }
+# shellcheck disable=SC2034 # PROG is read by lib.sh
+PROG=run-foundation
+# The shared helpers: cpu_busy, cpu_snap, niced_share, extract, run_logged.
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [[ $# -gt 0 ]]; do
@@ -134,23 +139,6 @@ BUSY=$LOG_DIR/load.tsv         # peer  round  busy% before  niced% during  attem
 : >"$SAMPLES"
 : >"$BUSY"
 
-# cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
-# machine quiet: Open MPI busy-polls and collapses (to ~0.05 GB/s at 1 MiB) when another process takes a core.
-cpu_busy() {
-  local a b
-  a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-  sleep 0.5
-  b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
-  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); d = (y[1] - x[1]) + (y[2] - x[2]);
-    printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
-}
-# cpu_snap / niced_share A B: share of all CPU time spent in niced tasks between two snapshots. The other builders
-# on this machine compile under `nice`, and the benchmarks run un-niced, so this is the other tenants' load.
-cpu_snap() { awk '/^cpu /{print $3, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-niced_share() {
-  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2];
-    printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
-}
 
 sizes_csv=$(IFS=,; echo "${SIZES_BYTES[*]}")
 # The peers run over TCP, so hetcomm does too: between ranks of one host it would otherwise pick shared memory
@@ -164,48 +152,7 @@ MPI_CMD=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$NP" --m
          --mca btl_tcp_if_include lo "$MPI_BIN" --sizes "$sizes_csv" --iters "$ITERS" --warmup "$WARMUP")
 GLOO_ARGS=(--size "$NP" --host 127.0.0.1 --sizes "$sizes_csv" --iters "$ITERS" --warmup "$WARMUP")
 
-# extract PEER ROUND LOGFILE: print "peer size round busbw" lines for the wanted sizes from an nccl-tests style table.
-# A leading "[N]" (hetcomm-run's rank prefix) is stripped; prefixed lines from ranks other than 0 are ignored.
-extract() {
-  local peer=$1 round=$2 log=$3
-  python3 - "$peer" "$round" "$log" "$sizes_csv" <<'PY'
-import re, sys
-peer, rnd, log, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-want = [int(s) for s in sizes.split(",")]
-got = {}
-for line in open(log, errors="replace"):
-    m = re.match(r"\s*\[([^\]]*)\]\s?(.*)$", line)
-    if m:
-        nums = re.findall(r"\d+", m.group(1))
-        if nums and int(nums[0]) != 0:
-            continue
-        line = m.group(2)
-    f = line.split()
-    if len(f) < 8 or not f[0].isdigit() or not f[1].isdigit():
-        continue
-    try:
-        size, busbw = int(f[0]), float(f[7])
-    except ValueError:
-        continue
-    if size in want and size not in got:
-        got[size] = busbw
-missing = [s for s in want if s not in got]
-if missing:
-    sys.exit(f"run-foundation: {peer} round {rnd}: no result row for size(s) {missing} in {log}")
-for s in want:
-    print(f"{peer}\t{s}\t{rnd}\t{got[s]}")
-PY
-}
 
-# run_logged LOG CMD...: run with a time limit, stdout to LOG, stderr to LOG.err; fail loudly.
-run_logged() {
-  local log=$1; shift
-  if ! timeout "$TIMEOUT_S" "$@" >"$log" 2>"$log.err"; then
-    echo "run-foundation: command failed: $*" >&2
-    tail -n 30 "$log" "$log.err" >&2 || true
-    exit 1
-  fi
-}
 
 run_gloo() {  # ALGO LOG
   local algo=$1 log=$2 store pid1 rc1=0
@@ -258,7 +205,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         mpi) run_logged "$log" "${MPI_CMD[@]}" ;;
       esac
       others=$(niced_share "$s0" "$(cpu_snap)")
-      extract "$peer" "$r" "$log" >"$TMP_ROOT/rows"
+      extract "$peer" "$r" "$log" "$sizes_csv" >"$TMP_ROOT/rows"
       echo "run-foundation: round $r/$ROUNDS $peer: $(awk '{ printf "%s B %s GB/s  ", $2, $4 }' "$TMP_ROOT/rows")" \
            "(CPU ${busy}% busy before, niced tasks ${others}% during)" >&2
       if [[ $others -gt $NOISY_PCT && $attempt -le $RERUN_NOISY ]]; then

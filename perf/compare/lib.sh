@@ -1,0 +1,69 @@
+# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh) share: the machine's load around a run,
+# running a command with a time limit into a log, and pulling result rows out of a log. Sourced; the caller sets
+# PROG (its name, for messages) and TIMEOUT_S.
+# shellcheck shell=bash
+
+# cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
+# machine quiet: Open MPI busy-polls and collapses when another process takes a core.
+cpu_busy() {
+  local a b
+  a=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+  sleep 0.5
+  b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
+  awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); d = (y[1] - x[1]) + (y[2] - x[2]);
+    printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
+}
+# cpu_snap / niced_share A B: share of all CPU time spent in niced tasks between two snapshots. The other builders
+# on this machine compile under `nice`, and the benchmarks run un-niced, so this is the other tenants' load.
+cpu_snap() { awk '/^cpu /{print $3, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+niced_share() {
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " "); d = y[2] - x[2];
+    printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
+}
+
+# extract PEER ROUND LOGFILE SIZES: print "peer size round busbw" lines for the wanted sizes from an nccl-tests style
+# table (busbw = 8th field), from p2p_bw's rows ("size time_us GB/s": GB/s = 3rd field, peer "p2p_bw") or from
+# memcpy_bw's row (best GB/s = 3rd field, peer "memcpy"). A leading "[N]" (hetcomm-run's rank prefix) is stripped;
+# prefixed lines from ranks other than 0 are ignored; lines starting with "#" are comments.
+extract() {
+  local peer=$1 round=$2 log=$3 sizes=$4
+  python3 - "$peer" "$round" "$log" "$sizes" "$PROG" <<'PY'
+import re, sys
+peer, rnd, log, sizes, prog = sys.argv[1:6]
+want = [int(s) for s in sizes.split(",")]
+field = 2 if peer in ("memcpy", "p2p_bw") else 7
+got = {}
+for line in open(log, errors="replace"):
+    m = re.match(r"\s*\[([^\]]*)\]\s?(.*)$", line)
+    if m:
+        nums = re.findall(r"\d+", m.group(1))
+        if nums and int(nums[0]) != 0:
+            continue
+        line = m.group(2)
+    f = line.split()
+    if len(f) <= field or f[0].startswith("#") or not f[0].isdigit():
+        continue
+    if peer != "p2p_bw" and not f[1].isdigit():  # nccl-tests: count; memcpy_bw: passes (p2p_bw: time, a float)
+        continue
+    try:
+        size, bw = int(f[0]), float(f[field])
+    except ValueError:
+        continue
+    if size in want and size not in got:
+        got[size] = bw
+missing = [s for s in want if s not in got]
+if missing:
+    sys.exit(f"{prog}: {peer} round {rnd}: no result row for size(s) {missing} in {log}")
+for s in want:
+    print(f"{peer}\t{s}\t{rnd}\t{got[s]}")
+PY
+}
+# run_logged LOG CMD...: run with a time limit, stdout to LOG, stderr to LOG.err; fail loudly.
+run_logged() {
+  local log=$1; shift
+  if ! timeout "$TIMEOUT_S" "$@" >"$log" 2>"$log.err"; then
+    echo "$PROG: command failed: $*" >&2
+    tail -n 30 "$log" "$log.err" >&2 || true
+    exit 1
+  fi
+}
