@@ -94,6 +94,10 @@ class Connection {
   virtual bool lateReceiveIsFree(size_t bytes) const { return false; }
 };
 
+// The error of a receive whose peer sent another number of bytes: the same words from every transport, since
+// users meet it when ranks call a collective with different counts.
+Status sizeMismatch(int peer, uint64_t sentBytes, uint64_t tag, int me, size_t expectedBytes);
+
 class Transport {
  public:
   virtual ~Transport() = default;

@@ -342,10 +342,7 @@ Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
       return internalError("shm: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
                            peer_);
     if (in.total != buf.size()) {
-      req.fail(
-          invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls made "
-                       "with different counts?",
-                       peer_, (unsigned long long)in.total, (unsigned long long)tag, me_, buf.size()));
+      req.fail(sizeMismatch(peer_, in.total, tag, me_, buf.size()));
       if (in.cma) {  // let the sender go: its buffer is not read
         outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
         inbound_.erase(it);
@@ -429,10 +426,7 @@ void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
       in.intoUser = true;
     } else {
       if (in.req) {
-        in.req->fail(
-            invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                         "made with different counts?",
-                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
+        in.req->fail(sizeMismatch(peer_, h.total, h.tag, me_, in.user.size()));
         in.req = nullptr;
         in.discard = true;
       }
@@ -473,10 +467,7 @@ bool ShmConnection::readIn() {
           if (in.user.size() == h.total) {
             pull(h.tag, in);
           } else {
-            in.req->fail(
-                invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
-                             "calls made with different counts?",
-                             peer_, (unsigned long long)h.total, (unsigned long long)h.tag, me_, in.user.size()));
+            in.req->fail(sizeMismatch(peer_, h.total, h.tag, me_, in.user.size()));
             inbound_.erase(h.tag);
             outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
           }

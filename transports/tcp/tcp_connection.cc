@@ -185,10 +185,7 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
       return internalError("tcp: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
                            peer_);
     if (in.total != buf.size()) {
-      req.fail(
-          invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the calls "
-                       "made with different counts?",
-                       peer_, (unsigned long long)in.total, (unsigned long long)tag, myRank_, buf.size()));
+      req.fail(sizeMismatch(peer_, in.total, tag, myRank_, buf.size()));
       if (in.complete) {
         inbound_.erase(it);
       } else {
@@ -230,10 +227,7 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
     } else {
       if (in.req) {
         in.discard = true;
-        in.req->fail(
-            invalidUsage("rank %d sent %llu bytes (tag %#llx) but rank %d expected %zu: were the "
-                         "calls made with different counts?",
-                         peer_, (unsigned long long)h.total, (unsigned long long)h.tag, myRank_, in.user.size()));
+        in.req->fail(sizeMismatch(peer_, h.total, h.tag, myRank_, in.user.size()));
         in.req = nullptr;
       }
       in.buf.reset(new std::byte[h.total ? h.total : 1]);
