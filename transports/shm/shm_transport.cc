@@ -382,6 +382,14 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
       fail(gone());
       return;
     }
+    // EFAULT on a buffer the sender promised to keep until our ack: its address space is being torn down (it is
+    // exiting) or it abandoned the send (abort). Either way the cause is on the peer's side, so it is a remote error.
+    if (n < 0 && errno == EFAULT) {
+      fail(remoteError("shm: rank %d (pid %d) no longer has the %llu-byte buffer it was sending (it exited or "
+                       "aborted) while rank %d read it by cross-memory attach",
+                       peer_, peerPid_, (unsigned long long)in.total, me_));
+      return;
+    }
     if (n <= 0) {
       fail(n < 0 ? errnoStatus(errno, "shm: reading %llu bytes from rank %d (pid %d) by cross-memory attach",
                                (unsigned long long)in.total, peer_, peerPid_)
