@@ -642,6 +642,31 @@ hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* rank) {
   });
 }
 
+hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen, char* reason,
+                                         size_t reasonLen) {
+  return guard("hetcommCommPeerTransport", [&]() -> Status {
+    if ((!name && nameLen) || (!reason && reasonLen))
+      return hetcomm::invalidArgument("a NULL buffer with a non-zero length (name %zu bytes, reason %zu bytes)",
+                                      nameLen, reasonLen);
+    HC_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    if (c->state() != Communicator::kReady && c->state() != Communicator::kFinalized)
+      return hetcomm::invalidUsage("the communicator is not initialized yet");
+    if (peer < 0 || peer >= c->nranks() || peer == c->rank())
+      return hetcomm::invalidArgument("peer %d: must be another rank of the communicator, in [0, %d)", peer,
+                                      c->nranks());
+    const hetcomm::comm::PairChoice& choice = c->transportTo(peer);
+    auto put = [](char* out, size_t len, std::string_view text) {
+      if (!len) return;
+      size_t n = std::min(len - 1, text.size());
+      std::memcpy(out, text.data(), n);
+      out[n] = '\0';
+    };
+    put(name, nameLen, hetcomm::transport::kindName(choice.kind));
+    put(reason, reasonLen, choice.why);
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
                                  hetcommRedOp_t op, hetcommComm_t comm, hetcommStream_t stream) {
   return guard("hetcommAllReduce", [&] {

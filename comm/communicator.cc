@@ -1,4 +1,5 @@
 #include "comm/communicator.h"
+#include "comm/transport_select.h"
 
 #include <unistd.h>
 
@@ -17,10 +18,13 @@
 #include "topology/node_json.h"
 #include "transports/shm/shm_transport.h"
 #include "transports/tcp/tcp_transport.h"
+#include "transports/ucx/ucx_transport.h"
+#include "transports/verbs/verbs_transport.h"
 
 namespace hetcomm::comm {
 
 HC_PARAM_STR(transportName, "TRANSPORT", "")
+HC_PARAM_STR(ibHcaSpec, "IB_HCA", "")
 HC_PARAM_STR(algoName, "ALGO", "")
 HC_PARAM_INT(chunkBytesParam, "CHUNK_BYTES", 512 << 10)
 
@@ -28,11 +32,14 @@ namespace {
 
 constexpr size_t kMaxCachedPlans = 256;
 
-// What every rank publishes at init: where it runs, what it forces, and how each transport reaches it.
+// What every rank publishes at init: where it runs, what it forces, what it can run (the Offer), and how each of
+// its transports reaches it (blobs, by transport kind; empty for one it does not run).
 struct PeerInfo {
-  std::string hostId, hostName, forced;
+  std::string hostName, forced;
   int pid = 0;
-  std::vector<std::byte> tcpBlob, shmBlob, node;  // node: the serialized topo::NodeDescription
+  std::vector<std::byte> node;  // the serialized topo::NodeDescription
+  Offer offer;
+  std::array<std::vector<std::byte>, kKinds> blobs;
 };
 
 void putString(std::vector<std::byte>& out, std::string_view s) {
@@ -57,29 +64,99 @@ std::string_view asText(const std::vector<std::byte>& b) { return {reinterpret_c
 
 std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
+  std::string ports = join(p.offer.verbsPorts, ",");
   for (std::string_view field :
-       {std::string_view(p.hostId), std::string_view(p.hostName), std::string_view(p.forced),
-        std::string_view(std::to_string(p.pid)), asText(p.tcpBlob), asText(p.shmBlob), asText(p.node)})
+       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
+        std::string_view(std::to_string(p.pid)), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
+        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy)})
     putString(out, field);
+  for (const auto& b : p.blobs) putString(out, asText(b));
   return out;
 }
 
 Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   PeerInfo p;
   std::span<const std::byte> in(raw);
-  std::string pid, tcp, shm, node;
-  if (!getString(in, &p.hostId) || !getString(in, &p.hostName) || !getString(in, &p.forced) || !getString(in, &pid) ||
-      !getString(in, &tcp) || !getString(in, &shm) || !getString(in, &node))
-    return remoteError("rank %d published a malformed peer record", rank);
-  p.pid = std::atoi(pid.c_str());
+  std::string pid, node, ucx, ports;
+  bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.forced) &&
+            getString(in, &pid) && getString(in, &node) && getString(in, &ucx) && getString(in, &p.offer.ucxWhy) &&
+            getString(in, &ports) && getString(in, &p.offer.verbsWhy);
+  std::array<std::string, kKinds> blobs;
+  for (auto& b : blobs) ok = ok && getString(in, &b);
+  if (!ok) return remoteError("rank %d published a malformed peer record", rank);
   auto bytes = [](const std::string& s) {
     auto* b = reinterpret_cast<const std::byte*>(s.data());
     return std::vector<std::byte>(b, b + s.size());
   };
-  p.tcpBlob = bytes(tcp);
-  p.shmBlob = bytes(shm);
+  p.pid = std::atoi(pid.c_str());
   p.node = bytes(node);
+  p.offer.ucx = ucx == "1";
+  for (const auto& port : split(ports, ','))
+    if (!port.empty()) p.offer.verbsPorts.push_back(port);
+  for (int k = 0; k < kKinds; ++k) p.blobs[k] = bytes(blobs[k]);
   return p;
+}
+
+using TransportPtr = std::unique_ptr<transport::Transport>;
+
+bool listed(transport::Kind k, const std::vector<transport::Kind>& forced) {
+  return std::find(forced.begin(), forced.end(), k) != forced.end();
+}
+
+// Starts every transport this rank may need and fills in its offer and blobs. shm and tcp must start; verbs and
+// UCX are optional, and the offer says why one did not.
+Result<std::array<TransportPtr, kKinds>> startTransports(const transport::Config& tc,
+                                                         const std::vector<transport::Kind>& forced,
+                                                         const topo::NodeDescription& node, PeerInfo& me) {
+  using transport::Kind;
+  std::array<TransportPtr, kKinds> ts;
+  auto listen = [&](Kind k, TransportPtr t) -> Status {
+    HC_ASSIGN_OR_RETURN(me.blobs[static_cast<int>(k)], t->listen());
+    ts[static_cast<int>(k)] = std::move(t);
+    return okStatus();
+  };
+  me.offer.hostId = tc.hostId;
+  if (mayNeed(Kind::kTcp, forced, node)) {
+    HC_ASSIGN_OR_RETURN(auto t, transport::tcp::TcpTransport::create(tc));
+    HC_TRY(listen(Kind::kTcp, std::move(t)));
+  }
+  if (mayNeed(Kind::kShm, forced, node)) {
+    HC_ASSIGN_OR_RETURN(auto t, transport::shm::ShmTransport::create(tc));
+    HC_TRY(listen(Kind::kShm, std::move(t)));
+  }
+  me.offer.verbsWhy = "no RDMA NIC on this host";
+  if (mayNeed(Kind::kVerbs, forced, node)) {
+    transport::verbs::Availability av = transport::verbs::discover(ibHcaSpec());
+    Status st = okStatus();
+    if (av.ports.empty()) {
+      st = systemError("%s", av.reason.c_str());
+    } else if (auto t = transport::verbs::VerbsTransport::create(tc); !t) {
+      st = t.error();
+    } else {
+      st = listen(Kind::kVerbs, std::move(*t));
+    }
+    if (st.ok()) {
+      for (const auto& port : av.ports) me.offer.verbsPorts.push_back(port.device + ":" + std::to_string(port.port));
+    } else {
+      me.offer.verbsWhy = "verbs unavailable: " + std::string(st.message());
+      HC_INFO(Init, "%s; RDMA peers fall back to UCX or tcp", me.offer.verbsWhy.c_str());
+    }
+  }
+  me.offer.ucxWhy = "UCX not started (no RDMA NIC on this host, and HETCOMM_TRANSPORT does not list ucx)";
+  if (mayNeed(Kind::kUcx, forced, node)) {
+    if (!listed(Kind::kUcx, forced) && !me.offer.verbsPorts.empty()) {
+      me.offer.ucxWhy = "UCX not started: verbs serves this host's RDMA ports";
+    } else {
+      auto t = transport::ucx::UcxTransport::create(tc);
+      Status st = t ? listen(Kind::kUcx, std::move(*t)) : t.error();
+      me.offer.ucx = st.ok();
+      if (!st.ok()) {
+        me.offer.ucxWhy = "UCX unavailable: " + std::string(st.message());
+        HC_INFO(Init, "%s", me.offer.ucxWhy.c_str());
+      }
+    }
+  }
+  return ts;
 }
 
 // This host as hwloc and sysfs see it, with HETCOMM_TOPO_FILE applied: discovered once per process (hwloc takes
@@ -140,11 +217,10 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
   HC_ASSIGN_OR_RETURN(store_, StoreClient::connect(id.addr, id.port, id.secret, deadline));
 
-  // Both transports listen; after the exchange each pair uses one of them, chosen the same way at both ends from
-  // the same data: shared memory between ranks of one host, TCP between hosts (HETCOMM_TRANSPORT forces one).
+  // Every transport this rank may need listens; after the exchange each pair uses one of them, chosen the same
+  // way at both ends from the same data (transport_select.h).
   const std::string& forced = transportName();
-  if (!forced.empty() && forced != "tcp" && forced != "shm")
-    return invalidArgument("HETCOMM_TRANSPORT=%s: this build has tcp and shm", forced.c_str());
+  HC_ASSIGN_OR_RETURN(std::vector<transport::Kind> forcedKinds, parseTransportList(forced));
   transport::Config tc;
   tc.rank = rank_;
   tc.nranks = nranks_;
@@ -152,67 +228,65 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   tc.commId = commId;
   tc.timeoutSec = options_.timeoutSec;
   tc.hostId = topo::hostIdentity();
-  HC_ASSIGN_OR_RETURN(auto tcp, transport::tcp::TcpTransport::create(tc));
-  std::unique_ptr<transport::shm::ShmTransport> shm;
   HC_ASSIGN_OR_RETURN(topo::NodeDescription node, localNode());
   node.pid = static_cast<int>(getpid());
-  PeerInfo me{tc.hostId, topo::hostName(), forced, node.pid};
+  PeerInfo me;
+  me.hostName = topo::hostName();
+  me.forced = forced;
+  me.pid = node.pid;
   me.node = topo::serializeNode(node);
-  HC_ASSIGN_OR_RETURN(me.tcpBlob, tcp->listen());
-  if (forced != "tcp") {
-    HC_ASSIGN_OR_RETURN(shm, transport::shm::ShmTransport::create(tc));
-    HC_ASSIGN_OR_RETURN(me.shmBlob, shm->listen());
-  }
+  using Started = std::array<TransportPtr, kKinds>;
+  HC_ASSIGN_OR_RETURN(Started ts, startTransports(tc, forcedKinds, node, me));
 
   HC_ASSIGN_OR_RETURN(auto raw, store_->allGather(keyPrefix() + "/peers", rank_, nranks_, encodePeer(me), deadline));
   std::vector<PeerInfo> peers(nranks_);
-  std::vector<std::vector<std::byte>> tcpBlobs(nranks_), shmBlobs(nranks_);
   std::vector<std::string> hosts;
-  int shmPeers = 0, tcpPeers = 0;
+  std::vector<topo::NodeDescription> nodes(nranks_);
   for (int p = 0; p < nranks_; ++p) {
     HC_ASSIGN_OR_RETURN(peers[p], decodePeer(raw[p], p));
     if (peers[p].forced != forced)
       return invalidUsage("HETCOMM_TRANSPORT is '%s' on rank %d but '%s' on rank %d: it must be the same everywhere",
                           forced.c_str(), rank_, peers[p].forced.c_str(), p);
-    if (std::find(hosts.begin(), hosts.end(), peers[p].hostId) == hosts.end()) hosts.push_back(peers[p].hostId);
-    if (p == rank_) continue;
-    const bool sameHost = peers[p].hostId == tc.hostId;
-    if (forced == "shm" && !sameHost)
-      return invalidUsage("HETCOMM_TRANSPORT=shm, but rank %d is on another host (%s): shm reaches this host only", p,
-                          peers[p].hostName.c_str());
-    if (sameHost && forced != "tcp") {
-      shmBlobs[p] = peers[p].shmBlob;
-      ++shmPeers;
-    } else {
-      tcpBlobs[p] = peers[p].tcpBlob;
-      ++tcpPeers;
-    }
-  }
-  // Every rank builds the same view of the cluster from the same records.
-  std::vector<topo::NodeDescription> nodes(nranks_);
-  for (int p = 0; p < nranks_; ++p) {
+    if (std::find(hosts.begin(), hosts.end(), peers[p].offer.hostId) == hosts.end())
+      hosts.push_back(peers[p].offer.hostId);
     auto n = topo::deserializeNode(peers[p].node);
     if (!n)
       return Status(n.error().code(),
                     format("rank %d's node description: %s", p, std::string(n.error().message()).c_str()));
     nodes[p] = std::move(*n);
   }
+  // Every rank builds the same view of the cluster from the same records.
   HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
   cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
   links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_));
-  conns_.resize(nranks_);
-  // Every rank connects shm first, then tcp: the same order everywhere, so no two ranks wait on each other crosswise.
-  if (shm) {
-    HC_ASSIGN_OR_RETURN(auto c, shm->connectAll(shmBlobs, deadline));
-    for (int p = 0; p < nranks_; ++p)
-      if (c[p]) conns_[p] = std::move(c[p]);
-    if (shmPeers) transports_.push_back(std::move(shm));
+
+  std::vector<Offer> offers(nranks_);
+  for (int p = 0; p < nranks_; ++p) offers[p] = peers[p].offer;
+  choices_.assign(nranks_, PairChoice{});
+  std::array<std::vector<std::vector<std::byte>>, kKinds> blobs;
+  std::array<int, kKinds> served{};
+  for (auto& b : blobs) b.resize(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    choices_[p] = choose(*cluster_, offers, forcedKinds, rank_, p);
+    const int k = static_cast<int>(choices_[p].kind);
+    if (peers[p].blobs[k].empty() || !ts[k])
+      return internalError("transport selection chose %s for ranks %d and %d, which one of them does not run",
+                           transport::kindName(choices_[p].kind), rank_, p);
+    blobs[k][p] = peers[p].blobs[k];
+    ++served[k];
   }
-  {
-    HC_ASSIGN_OR_RETURN(auto c, tcp->connectAll(tcpBlobs, deadline));
+  conns_.resize(nranks_);
+  // Every rank connects in the same order (shm, verbs, ucx, tcp), and a transport's connectAll only waits for
+  // peers it serves, so no two ranks wait on each other crosswise.
+  for (transport::Kind kind : {transport::Kind::kShm, transport::Kind::kVerbs, transport::Kind::kUcx,
+                               transport::Kind::kTcp}) {
+    const int k = static_cast<int>(kind);
+    if (!served[k]) continue;
+    HC_ASSIGN_OR_RETURN(auto c, ts[k]->connectAll(blobs[k], deadline));
     for (int p = 0; p < nranks_; ++p)
       if (c[p]) conns_[p] = std::move(c[p]);
-    if (tcpPeers) transports_.push_back(std::move(tcp));
+    transports_.push_back(std::move(ts[k]));
   }
   connPtrs_.resize(nranks_);
   lateReceiveFree_.assign(nranks_, 0);
@@ -226,14 +300,13 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   HC_TRY(Engine::get().attach(this, waitFds_));
   attached_ = true;
   setState(kReady);
-  if (rank_ == 0 || log::enabled(log::kTrace, log::kInit))
-    HC_INFO(Init,
-            "init: %d ranks on %zu host%s, comm id %016llx; same host: %s to %d peer%s; other hosts: tcp to %d "
-            "peer%s%s; chunk %s, algo %s",
-            nranks_, hosts.size(), hosts.size() == 1 ? "" : "s", (unsigned long long)commId_,
-            forced == "tcp" ? "tcp" : "shm", shmPeers + (forced == "tcp" ? 0 : 0), shmPeers == 1 ? "" : "s", tcpPeers,
-            tcpPeers == 1 ? "" : "s", forced.empty() ? "" : (" (HETCOMM_TRANSPORT=" + forced + ")").c_str(),
-            humanBytes(chunkBytes_).c_str(), forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str());
+  if (rank_ == 0 || log::enabled(log::kTrace, log::kInit)) {
+    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx; chunk %s, algo %s%s", nranks_, hosts.size(),
+            hosts.size() == 1 ? "" : "s", (unsigned long long)commId_, humanBytes(chunkBytes_).c_str(),
+            forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str(),
+            forced.empty() ? "" : (", HETCOMM_TRANSPORT=" + forced).c_str());
+    logTransportChoices();
+  }
   if (rank_ == 0 && log::enabled(log::kInfo, log::kTopo)) {
     for (const auto& line : hetcomm::split(cluster_->format(), '\n'))
       if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
@@ -242,10 +315,35 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   }
   for (int p = 0; p < nranks_; ++p)
     if (conns_[p])
-      HC_TRACE(Init, "peer %d (pid %d on %s): %s", p, peers[p].pid, peers[p].hostName.c_str(),
-               conns_[p]->describe().c_str());
+      HC_TRACE(Init, "peer %d (pid %d on %s): %s: %s", p, peers[p].pid, peers[p].hostName.c_str(),
+               conns_[p]->describe().c_str(), choices_[p].why.c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
+}
+
+// One INFO line per (transport, reason) this rank uses: "rank 0: transport shm to ranks 1-3: same host".
+void Communicator::logTransportChoices() const {
+  std::vector<std::pair<const PairChoice*, std::vector<int>>> groups;
+  for (int p = 0; p < nranks_; ++p) {
+    if (p == rank_) continue;
+    const PairChoice& c = choices_[p];
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first->kind == c.kind && g.first->why == c.why; });
+    if (it == groups.end())
+      groups.push_back({&c, {p}});
+    else
+      it->second.push_back(p);
+  }
+  for (const auto& [c, ranks] : groups)
+    HC_INFO(Init, "rank %d: transport %s to rank%s %s: %s", rank_, transport::kindName(c->kind),
+            ranks.size() == 1 ? "" : "s", topo::formatRankList(ranks).c_str(), c->why.c_str());
+}
+
+// Engine thread, before it sleeps: every transport re-arms its wake-up; false when one has work already.
+bool Communicator::readyToSleep() {
+  for (auto& t : transports_)
+    if (!t->armForSleep()) return false;
+  return true;
 }
 
 // One INFO line per collective: the algorithm the selection picks, with its predicted time, at a few sizes.

@@ -17,6 +17,7 @@
 #include "collectives/executor.h"
 #include "comm/bootstrap/store.h"
 #include "comm/op.h"
+#include "comm/transport_select.h"
 #include "comm/unique_id.h"
 #include "common/deadline.h"
 #include "transports/transport.h"
@@ -64,6 +65,11 @@ class Communicator {
   bool progressOnce();
   // Engine thread only: the deadline of the running operation (never when idle).
   Deadline deadline() const;
+  // Engine thread only, right before it sleeps: false when a transport has work waiting.
+  bool readyToSleep();
+
+  // The transport chosen for a peer and why (after init).
+  const PairChoice& transportTo(int peer) const { return choices_[peer]; }
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -85,6 +91,7 @@ class Communicator {
   bool idle();
   void setBusy(bool busy);
   void logAlgorithmTable() const;
+  void logTransportChoices() const;
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);
@@ -104,6 +111,7 @@ class Communicator {
   std::vector<std::unique_ptr<transport::Transport>> transports_;  // those that serve at least one peer
   std::vector<std::unique_ptr<transport::Connection>> conns_;      // by rank
   std::vector<transport::Connection*> connPtrs_;
+  std::vector<PairChoice> choices_;  // by rank: the transport to each peer, and why
   std::vector<int> waitFds_;
   std::vector<uint8_t> lateReceiveFree_;              // per peer, for chunk-sized messages (GroupView::lateReceiveFree)
   std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node

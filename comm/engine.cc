@@ -95,6 +95,9 @@ void Engine::run() {
         if (c->progressOnce()) moved = true;
         nearest = Deadline::earlier(nearest, c->deadline());
       }
+      // About to sleep: transports that must re-arm their wake-up do it now, and may find work instead.
+      for (Communicator* c : comms)
+        if (!moved && !c->readyToSleep()) moved = true;
     }
     if (moved) continue;
     // Nothing moved: sleep until a socket is ready, work is queued, or the nearest operation times out.

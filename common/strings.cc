@@ -36,6 +36,15 @@ std::string humanBytes(uint64_t bytes) {
   return u == 0 ? format("%llu B", static_cast<unsigned long long>(bytes)) : format("%.4g %s", v, units[u]);
 }
 
+std::string join(const std::vector<std::string>& parts, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += sep;
+    out += parts[i];
+  }
+  return out;
+}
+
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

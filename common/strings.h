@@ -14,6 +14,7 @@ std::string vformat(const char* fmt, va_list ap);
 // "1.5 MiB", "64 B": for log lines.
 std::string humanBytes(uint64_t bytes);
 std::vector<std::string> split(std::string_view s, char sep);
+std::string join(const std::vector<std::string>& parts, std::string_view sep);
 std::string toHex(const void* data, size_t n);
 // false when hex is not 2*n hex digits.
 bool fromHex(std::string_view hex, void* out, size_t n);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh: sets up (scripts/setup.sh), checks the layer rules, and runs the whole test suite with ctest:
-# unit tests per layer and multi-process integration tests through hetcomm-run.
+# unit tests per layer and multi-process integration tests through hetcomm-run. The integration suite then runs
+# twice more with every pair forced onto UCX, once over UCX's TCP and once over its shared memory.
 #   LABEL=unit scripts/test.sh          only one label (unit | integration)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,12 @@ cd "${BUILD_DIR:-build}"
 args=(--output-on-failure --timeout 600 -j 2)
 [ -n "${LABEL:-}" ] && args+=(-L "$LABEL")
 ctest "${args[@]}"
+if [ "${LABEL:-integration}" = integration ]; then
+  for tls in tcp sm; do
+    echo "== integration suite with HETCOMM_TRANSPORT=ucx UCX_TLS=$tls"
+    HETCOMM_TRANSPORT=ucx UCX_TLS=$tls ctest --output-on-failure --timeout 600 -j 2 -L integration
+  done
+fi
 leftover=$(ls /dev/shm 2>/dev/null | grep -i hetcomm || true)
 if [ -n "$leftover" ]; then
   echo "test: shared-memory segments left behind in /dev/shm: $leftover" >&2

@@ -112,6 +112,10 @@ class Transport {
   virtual Status progress() = 0;
   // Readable when progress() has work to do; the engine polls it. -1: must be polled.
   virtual int waitFd() const = 0;
+  // Called right before the engine sleeps on waitFd(), after a progress() that moved nothing. A transport whose
+  // fd must be re-armed (UCX, verbs completion channels) does it here; false means work is already waiting, so
+  // the engine must call progress() again instead of sleeping.
+  virtual bool armForSleep() { return true; }
 };
 
 }  // namespace hetcomm::transport

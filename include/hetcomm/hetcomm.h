@@ -136,6 +136,11 @@ HETCOMM_API hetcommResult_t hetcommCommAbort(hetcommComm_t comm);
 HETCOMM_API hetcommResult_t hetcommCommGetAsyncError(hetcommComm_t comm, hetcommResult_t* asyncError);
 HETCOMM_API hetcommResult_t hetcommCommCount(const hetcommComm_t comm, int* count);
 HETCOMM_API hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* rank);
+/* hetcomm extension: the transport this rank uses to reach peer ("shm", "tcp", "ucx" or "verbs") and why it was
+ * chosen ("same host", "fabric ib0 (ib, 100 Gb/s): verbs on mlx5_0:1 / mlx5_0:1", ...), each written
+ * NUL-terminated and truncated to its buffer (either buffer may be NULL when its length is 0). */
+HETCOMM_API hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen,
+                                                     char* reason, size_t reasonLen);
 
 /* ---- collectives (in place when sendbuff == recvbuff, or as noted) ---- */
 HETCOMM_API hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count,

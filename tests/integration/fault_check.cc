@@ -60,13 +60,35 @@ int main(int argc, char** argv) {
   int n = std::atoi(argv[1]), victim = std::atoi(argv[2]);
   bool stall = std::strcmp(argv[3], "stall") == 0;
   const double timeoutSec = stall ? 5 : 60;
+  // Fork before any thread exists (the store's thread starts with the unique id): a child forked from a
+  // multi-threaded process may inherit locks held by threads it does not have (UCX's memory hooks hold one
+  // around every mmap). The children get the id through a pipe.
+  std::vector<pid_t> pids;
+  std::vector<int> idPipes;
+  for (int r = 0; r < n; ++r) {
+    int fds[2];
+    if (pipe(fds) != 0) return 3;
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(fds[1]);
+      hetcommUniqueId id;
+      size_t got = 0;
+      while (got < sizeof(id)) {
+        ssize_t k = read(fds[0], reinterpret_cast<char*>(&id) + got, sizeof(id) - got);
+        if (k <= 0) _exit(4);
+        got += static_cast<size_t>(k);
+      }
+      _exit(runRank(id, r, n, victim, stall, timeoutSec));
+    }
+    close(fds[0]);
+    pids.push_back(pid);
+    idPipes.push_back(fds[1]);
+  }
   hetcommUniqueId id;
   if (hetcommGetUniqueId(&id) != hetcommSuccess) return 3;  // the store runs in this (parent) process
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(runRank(id, r, n, victim, stall, timeoutSec));
-    pids.push_back(pid);
+  for (int fd : idPipes) {
+    if (write(fd, &id, sizeof(id)) != static_cast<ssize_t>(sizeof(id))) return 3;
+    close(fd);
   }
   int failures = 0;
   for (int r = 0; r < n; ++r) {

@@ -9,6 +9,7 @@
 #include <hetcomm/hetcomm.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "topology/node.h"
 #include "topology/node_json.h"
 #include "topology/topo_file.h"
+#include "common/strings.h"
 
 namespace {
 
@@ -45,8 +47,8 @@ bool underLauncher() {
   return false;
 }
 
-// Every rank's serialized node description, in rank order (sizes first, then padded blobs).
-std::vector<std::vector<std::byte>> gatherNodes(hetcommComm_t comm, int n, const std::vector<std::byte>& mine) {
+// Every rank's blob (a serialized node description, a transport row), in rank order (sizes first, then padded).
+std::vector<std::vector<std::byte>> gatherBlobs(hetcommComm_t comm, int n, const std::vector<std::byte>& mine) {
   std::vector<uint64_t> sizes(n);
   uint64_t my = mine.size();
   CHECK(hetcommAllGather(&my, sizes.data(), 1, hetcommUint64, comm, nullptr));
@@ -107,24 +109,65 @@ void probe(hetcommComm_t comm, int rank, int n, std::vector<double>& alpha, std:
   CHECK(hetcommAllReduce(bw.data(), bw.data(), n * n, hetcommFloat64, hetcommSum, comm, nullptr));
 }
 
-std::string transportMatrix(const topo::ClusterView& view) {
-  const char* forced = std::getenv("HETCOMM_TRANSPORT");
-  std::string f = forced ? forced : "";
-  const int n = view.nranks();
+// This rank's row of the transport matrix, as the communicator chose it: "name\treason\n" per rank (empty
+// line for itself).
+std::vector<std::byte> transportRow(hetcommComm_t comm, int rank, int n) {
+  std::string row;
+  for (int p = 0; p < n; ++p) {
+    if (p != rank) {
+      char name[16], reason[512];
+      CHECK(hetcommCommPeerTransport(comm, p, name, sizeof(name), reason, sizeof(reason)));
+      row += std::string(name) + "\t" + reason;
+    }
+    row += "\n";
+  }
+  auto* b = reinterpret_cast<const std::byte*>(row.data());
+  return {b, b + row.size()};
+}
+
+// The rank-by-rank matrix of chosen transports, then each distinct choice with its reason and the pairs it covers.
+std::string transportMatrix(const std::vector<std::vector<std::byte>>& rows) {
+  const int n = static_cast<int>(rows.size());
+  std::vector<std::vector<std::string>> name(n, std::vector<std::string>(n)), why(n, std::vector<std::string>(n));
+  for (int i = 0; i < n; ++i) {
+    std::string text(reinterpret_cast<const char*>(rows[i].data()), rows[i].size());
+    size_t at = 0;
+    for (int j = 0; j < n && at <= text.size(); ++j) {
+      size_t end = text.find('\n', at);
+      std::string line = text.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      at = end == std::string::npos ? text.size() + 1 : end + 1;
+      size_t tab = line.find('\t');
+      name[i][j] = i == j ? "X" : line.substr(0, tab);
+      if (tab != std::string::npos) why[i][j] = line.substr(tab + 1);
+    }
+  }
   std::string out = "transport";
-  for (int j = 0; j < n; ++j) out += "  r" + std::to_string(j) + (j < 10 ? "  " : " ");
+  for (int j = 0; j < n; ++j) out += "  r" + std::to_string(j) + (j < 10 ? "   " : j < 100 ? "  " : " ");
   out += "\n";
+  std::vector<std::pair<std::string, std::vector<std::string>>> reasons;  // "tcp: why" -> pairs
   for (int i = 0; i < n; ++i) {
     std::string row = "r" + std::to_string(i);
     row.resize(9, ' ');
     for (int j = 0; j < n; ++j) {
-      std::string cell = i == j ? "X" : !f.empty() ? f : view.hostOf(i) == view.hostOf(j) ? "shm" : "tcp";
-      cell.resize(6, ' ');
+      std::string cell = "  " + name[i][j];
+      cell.resize(7, ' ');
       row += cell;
+      if (j <= i) continue;
+      std::string key = name[i][j] + ": " + why[i][j];
+      auto it = std::find_if(reasons.begin(), reasons.end(), [&](const auto& r) { return r.first == key; });
+      if (it == reasons.end()) it = reasons.insert(reasons.end(), {key, {}});
+      it->second.push_back("r" + std::to_string(i) + "-r" + std::to_string(j));
     }
     out += row + "\n";
   }
-  return out + "(same host: shm, other hosts: tcp; HETCOMM_TRANSPORT forces one)\n";
+  out += "why:\n";
+  for (const auto& [key, pairs] : reasons) {
+    std::string list;
+    for (size_t k = 0; k < pairs.size() && k < 6; ++k) list += (k ? " " : "") + pairs[k];
+    if (pairs.size() > 6) list += format(" ... (%zu pairs)", pairs.size());
+    out += "  " + key + "  [" + list + "]\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -158,7 +201,7 @@ int main(int argc, char** argv) {
   CHECK(hetcommCommUserRank(comm, &rank));
   CHECK(hetcommCommCount(comm, &n));
   local->pid = static_cast<int>(getpid());
-  auto blobs = gatherNodes(comm, n, topo::serializeNode(*local));
+  auto blobs = gatherBlobs(comm, n, topo::serializeNode(*local));
   std::vector<topo::NodeDescription> nodes;
   for (int r = 0; r < n; ++r) {
     auto node = topo::deserializeNode(blobs[r]);
@@ -174,10 +217,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   topo::LinkMatrix links = topo::LinkMatrix::nominal(*view);
+  auto rows = gatherBlobs(comm, n, transportRow(comm, rank, n));
   std::vector<double> alpha, bw;
   if (doProbe) probe(comm, rank, n, alpha, bw);
   if (rank == 0) {
-    std::printf("%s\n%s\n%s", view->format().c_str(), links.formatClasses().c_str(), transportMatrix(*view).c_str());
+    std::printf("%s\n%s\n%s", view->format().c_str(), links.formatClasses().c_str(), transportMatrix(rows).c_str());
     if (doProbe) {
       for (int i = 0; i < n; ++i)
         for (int j = 0; j < n; ++j)
