@@ -579,7 +579,8 @@ void UcxTransport::Impl::defer(UcxConnection* c) {
 }
 
 void UcxTransport::Impl::progressWorker() {
-  while (ucp_worker_progress(worker) != 0) {
+  // Until UCX has nothing more to do now, bounded so a steady stream cannot keep the engine from the executor.
+  for (int i = 0; i < 64 && ucp_worker_progress(worker) != 0; ++i) {
   }
   runDeferred();
 }
