@@ -12,19 +12,37 @@ namespace {
 
 bool isRdma(topo::NicKind k) { return k == topo::NicKind::kIb || k == topo::NicKind::kRoce; }
 
-// "mlx5_0:1" for the host's RDMA port on the fabric; empty when its NIC there has no RDMA device behind it (an
-// emulated or Ethernet-only NIC).
-std::string rdmaPortOn(const topo::ClusterView& view, const topo::Fabric& f, int host) {
+bool has(const std::vector<std::string>& ports, const std::string& port) {
+  return !port.empty() && std::find(ports.begin(), ports.end(), port) != ports.end();
+}
+
+// "mlx5_0:1" for the host's RDMA port on the fabric: one of `verbsPorts` when the host has several ports there
+// (rails into one fabric, HETCOMM_IB_HCA naming some), else its first; empty when its NICs there have no RDMA
+// device behind them (emulated or Ethernet-only NICs).
+std::string rdmaPortOn(const topo::ClusterView& view, const topo::Fabric& f, int host,
+                       const std::vector<std::string>& verbsPorts) {
+  std::string first;
   for (const auto& ref : f.nics) {
     if (ref.host != host) continue;
     const topo::Nic& nic = view.nic(ref);
-    if (!nic.rdmaDevice.empty()) return nic.rdmaDevice + ":" + std::to_string(nic.rdmaPort);
+    if (nic.rdmaDevice.empty()) continue;
+    std::string port = nic.rdmaDevice + ":" + std::to_string(nic.rdmaPort);
+    if (has(verbsPorts, port)) return port;
+    if (first.empty()) first = port;
   }
-  return "";
+  return first;
 }
 
-bool has(const std::vector<std::string>& ports, const std::string& port) {
-  return !port.empty() && std::find(ports.begin(), ports.end(), port) != ports.end();
+// A shared RDMA fabric (best first) on which both ends run verbs on their port; -1 when there is none.
+int verbsFabric(const topo::ClusterView& view, const Offer& A, const Offer& B, int a, int b) {
+  const int ha = view.hostOf(a), hb = view.hostOf(b);
+  for (int fi : view.sharedFabrics(ha, hb)) {
+    const topo::Fabric& f = view.fabrics()[fi];
+    if (isRdma(f.kind) && has(A.verbsPorts, rdmaPortOn(view, f, ha, A.verbsPorts)) &&
+        has(B.verbsPorts, rdmaPortOn(view, f, hb, B.verbsPorts)))
+      return fi;
+  }
+  return -1;
 }
 
 std::string describeFabric(const topo::ClusterView& view, const topo::Fabric& f, int ha, int hb) {
@@ -34,7 +52,7 @@ std::string describeFabric(const topo::ClusterView& view, const topo::Fabric& f,
 }
 
 // Empty when the kind can carry the pair's traffic; else why not.
-std::string cannotServe(Kind k, const Offer& A, const Offer& B, int a, int b) {
+std::string cannotServe(const topo::ClusterView& view, Kind k, const Offer& A, const Offer& B, int a, int b) {
   switch (k) {
     case Kind::kShm:
       return A.hostId == B.hostId ? "" : "shm reaches one host only";
@@ -47,6 +65,8 @@ std::string cannotServe(Kind k, const Offer& A, const Offer& B, int a, int b) {
     case Kind::kVerbs:
       if (A.verbsPorts.empty()) return format("rank %d: %s", a, A.verbsWhy.c_str());
       if (B.verbsPorts.empty()) return format("rank %d: %s", b, B.verbsWhy.c_str());
+      // Verbs at both ends is not enough: RDMA needs a fabric that joins a port of each.
+      if (verbsFabric(view, A, B, a, b) < 0) return "no shared RDMA fabric joins ports verbs runs on at both ends";
       return "";
   }
   return "unknown transport";
@@ -63,7 +83,7 @@ PairChoice automatic(const topo::ClusterView& view, const Offer& A, const Offer&
     for (int fi : shared) {
       const topo::Fabric& f = view.fabrics()[fi];
       if (!isRdma(f.kind)) continue;
-      std::string pa = rdmaPortOn(view, f, ha), pb = rdmaPortOn(view, f, hb);
+      std::string pa = rdmaPortOn(view, f, ha, A.verbsPorts), pb = rdmaPortOn(view, f, hb, B.verbsPorts);
       const bool ok = k == Kind::kVerbs ? has(A.verbsPorts, pa) && has(B.verbsPorts, pb) : A.ucx && B.ucx && !pa.empty() && !pb.empty();
       if (ok)
         return {k, format("%s: %s on %s / %s", describeFabric(view, f, ha, hb).c_str(), transport::kindName(k),
@@ -87,7 +107,10 @@ PairChoice automatic(const topo::ClusterView& view, const Offer& A, const Offer&
 
 Result<std::vector<Kind>> parseTransportList(const std::string& spec) {
   std::vector<Kind> out;
-  for (const auto& word : split(spec, ',')) {
+  for (std::string word : split(spec, ',')) {
+    // Blanks around a name are not part of it: "shm, tcp" is how lists get written.
+    word.erase(0, word.find_first_not_of(" \t"));
+    word.erase(word.find_last_not_of(" \t") + 1);
     if (word.empty()) continue;
     bool found = false;
     for (Kind k : {Kind::kShm, Kind::kTcp, Kind::kUcx, Kind::kVerbs})
@@ -109,7 +132,7 @@ PairChoice choose(const topo::ClusterView& view, const std::vector<Offer>& offer
   const Offer& B = offers[b];
   std::string refused;
   for (Kind k : forced) {
-    std::string whyNot = cannotServe(k, A, B, a, b);
+    std::string whyNot = cannotServe(view, k, A, B, a, b);
     if (whyNot.empty())
       return {k, format("HETCOMM_TRANSPORT forces %s%s%s%s", transport::kindName(k), refused.empty() ? "" : " [",
                         refused.c_str(), refused.empty() ? "" : "]")};

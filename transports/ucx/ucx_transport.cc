@@ -112,12 +112,24 @@ struct Blob {
   int pid = 0;
   crypto::Nonce nonce{};
   std::vector<uint8_t> address;  // the UCP worker address
+  crypto::Mac addressMac{};      // addressMac() of it
 };
+
+// UCX trusts a worker address completely: a garbled one makes ucp_ep_create read past its end or assert. The
+// address therefore travels with an HMAC under the job secret, checked before UCX sees it.
+crypto::Mac addressMac(const crypto::Secret& secret, const crypto::Nonce& nonce, std::span<const uint8_t> address) {
+  std::vector<uint8_t> msg(nonce.begin(), nonce.end());
+  static constexpr std::string_view kLabel = "ucx-address";
+  msg.insert(msg.end(), kLabel.begin(), kLabel.end());
+  msg.insert(msg.end(), address.begin(), address.end());
+  return crypto::hmacSha256(secret, msg);
+}
 
 std::vector<std::byte> encodeBlob(const Blob& b) {
   std::string text = "hcucx=1\nhost=" + b.host + "\npid=" + std::to_string(b.pid) +
                      "\nnonce=" + toHex(b.nonce.data(), b.nonce.size()) +
-                     "\naddr=" + toHex(b.address.data(), b.address.size()) + "\n";
+                     "\naddr=" + toHex(b.address.data(), b.address.size()) +
+                     "\naddrmac=" + toHex(b.addressMac.data(), b.addressMac.size()) + "\n";
   auto* p = reinterpret_cast<const std::byte*>(text.data());
   return {p, p + text.size()};
 }
@@ -125,7 +137,7 @@ std::vector<std::byte> encodeBlob(const Blob& b) {
 Result<Blob> decodeBlob(std::span<const std::byte> raw, int peer) {
   std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());
   Blob b;
-  bool magic = false, nonce = false, addr = false;
+  bool magic = false, nonce = false, addr = false, mac = false;
   for (const auto& line : split(text, '\n')) {
     auto eq = line.find('=');
     if (eq == std::string::npos) continue;
@@ -134,12 +146,13 @@ Result<Blob> decodeBlob(std::span<const std::byte> raw, int peer) {
     if (key == "host") b.host = value;
     if (key == "pid") b.pid = std::atoi(value.c_str());
     if (key == "nonce") nonce = fromHex(value, b.nonce.data(), b.nonce.size());
+    if (key == "addrmac") mac = fromHex(value, b.addressMac.data(), b.addressMac.size());
     if (key == "addr" && !value.empty() && value.size() % 2 == 0 && value.size() <= (1 << 20)) {
       b.address.resize(value.size() / 2);
       addr = fromHex(value, b.address.data(), b.address.size());
     }
   }
-  if (!magic || !nonce || !addr || b.host.empty())
+  if (!magic || !nonce || !addr || !mac || b.host.empty())
     return remoteError("ucx: rank %d's address blob is malformed (%zu bytes)", peer, raw.size());
   return b;
 }
@@ -228,6 +241,8 @@ class UcxConnection final : public Connection {
     ep_ = ep;
     peerFailureMode_ = peerFailureMode;
   }
+  // connectAll succeeded: the endpoint carried both hellos (see close() for why this matters).
+  void setEstablished() { established_ = true; }
   // connectAll's proof of the secret, sent like data but with its own kind.
   void sendHello(Request& req, const crypto::Mac& mac);
 
@@ -265,6 +280,7 @@ class UcxConnection final : public Connection {
   int peer_;
   ucp_ep_h ep_ = nullptr;
   bool peerFailureMode_ = false;  // the endpoint has UCP_ERR_HANDLING_MODE_PEER
+  bool established_ = false;      // connectAll succeeded (see close())
   int pidfd_;
   int peerPid_;
   bool closed_ = false;
@@ -540,11 +556,13 @@ void UcxConnection::close(const Status& why) noexcept {
   }
   // A healthy, idle connection flushes what it sent (an eager send completes once UCX has copied it, before the
   // peer has it); a broken or busy one is torn down at once, where the endpoint allows it (forcing needs
-  // peer-failure handling at both ends).
+  // peer-failure handling at both ends). Never during set-up: an endpoint force-closed while UCX's wire-up with
+  // the peer is still in flight leaves a wire-up reply queued on its TCP lane, and UCX 1.13 then asserts ("got
+  // REP message") in ucp_worker_destroy and aborts the process. A graceful close is bounded by ~Impl instead.
   if (!ep_) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = peerFailureMode_ && (!healthy || busy) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  p.flags = peerFailureMode_ && established_ && (!healthy || busy) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) t_->closing.push_back(r);
   ep_ = nullptr;
@@ -568,6 +586,7 @@ UcxTransport::Impl::~Impl() {
   if (!closing.empty() || opsInFlight > 0) {
     HC_TRACE(Init, "ucx: %zu endpoint close(s) and %d operation(s) still out at teardown; the worker is left behind",
              closing.size(), opsInFlight);
+    new std::shared_ptr<SharedContext>(context);  // and its context with it: never cleaned up under the worker
   } else if (worker) {
     ucp_worker_destroy(worker);
   }
@@ -662,6 +681,7 @@ Result<std::vector<std::byte>> UcxTransport::listen() {
   const auto* a = reinterpret_cast<const uint8_t*>(attr.address);
   b.address.assign(a, a + attr.address_length);
   ucp_worker_release_address(impl_->worker, attr.address);
+  b.addressMac = addressMac(impl_->cfg.secret, b.nonce, b.address);
   return encodeBlob(b);
 }
 
@@ -679,6 +699,9 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
   for (int p = 0; p < n; ++p) {
     if (blobs[p].empty() || p == me) continue;
     HC_ASSIGN_OR_RETURN(peers[p], decodeBlob(blobs[p], p));
+    if (!crypto::macEqual(peers[p].addressMac, addressMac(t.cfg.secret, peers[p].nonce, peers[p].address)))
+      return remoteError("ucx: rank %d's worker address failed authentication: is HETCOMM_SECRET the same "
+                         "everywhere? (or the address blob was garbled)", p);
   }
   for (int p = 0; p < n; ++p) {
     if (peers[p].address.empty()) continue;
@@ -745,6 +768,8 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     }
   }
   t.helloOk.clear();
+  for (auto& c : conns)
+    if (c) static_cast<UcxConnection*>(c.get())->setEstablished();
   return conns;
 }
 
