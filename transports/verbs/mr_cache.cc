@@ -2,11 +2,14 @@
 #include "transports/verbs/mr_cache.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
 #include <ucm/api/ucm.h>
 #include <ucs/type/status.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <vector>
 
 #include "common/log.h"
@@ -26,12 +29,28 @@ uintptr_t pageSize() {
 
 uint64_t selfId() { return static_cast<uint64_t>(pthread_self()); }
 
+// ibv_reg_mr's answers when the pages could not be pinned (RLIMIT_MEMLOCK, or the kernel's own limits).
+bool pinningRefused(int err) { return err == ENOMEM || err == EAGAIN || err == EPERM; }
+
 void unmapHook(ucm_event_type_t type, ucm_event_t* event, void* arg) {
   if (type != UCM_EVENT_VM_UNMAPPED) return;
   static_cast<MrCache*>(arg)->onUnmapped(event->vm_unmapped.address, event->vm_unmapped.size);
 }
 
 }  // namespace
+
+Status registrationError(int err, const void* addr, size_t len) {
+  std::string hint;
+  rlimit rl{};
+  if (pinningRefused(err) && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    hint = format(" (RLIMIT_MEMLOCK is %s: raise it, e.g. ulimit -l unlimited)",
+                  humanBytes(static_cast<uint64_t>(rl.rlim_cur)).c_str());
+  else if (err == EFAULT)
+    hint = " (the memory is not mapped, or is read-only where write access is needed: a receive buffer must be "
+           "writable)";
+  return systemError("verbs: ibv_reg_mr of %s at %p: %s%s", humanBytes(len).c_str(), addr, std::strerror(err),
+                     hint.c_str());
+}
 
 // ---- Handle ----
 
@@ -50,6 +69,7 @@ uint32_t MrCache::Handle::lkey() const { return entry_->reg.lkey; }
 uint32_t MrCache::Handle::rkey() const { return entry_->reg.rkey; }
 uintptr_t MrCache::Handle::base() const { return entry_->start; }
 size_t MrCache::Handle::length() const { return entry_->end - entry_->start; }
+uint8_t MrCache::Handle::access() const { return entry_->reg.access; }
 
 void MrCache::Handle::reset(bool dropNow) {
   if (!entry_) return;
@@ -195,17 +215,42 @@ void MrCache::evictLocked() {
   }
 }
 
-Result<MrCache::Handle> MrCache::acquire(const void* addr, size_t len) {
+size_t MrCache::dropUnusedLocked() {
+  size_t n = 0;
+  while (!lru_.empty()) {
+    detachLocked(lru_.front());  // unused (it is in the LRU list), so destroyed
+    ++n;
+  }
+  reclaims_ += n;
+  return n;
+}
+
+int MrCache::registerLocked(uintptr_t start, uintptr_t end, uint8_t want, uint8_t need, Registration* out) {
+  void* addr = reinterpret_cast<void*>(start);
+  int err = reg_(addr, end - start, want, out);
+  if (err == EFAULT && (want & kLocalWrite) && !(need & kLocalWrite)) {
+    // Read-only memory (a send from a PROT_READ mapping or .rodata): the peer only reads it.
+    want &= static_cast<uint8_t>(~kLocalWrite);
+    err = reg_(addr, end - start, want, out);
+  }
+  if (err == 0) out->access = want;
+  return err;
+}
+
+Result<MrCache::Handle> MrCache::acquire(const void* addr, size_t len, Use use) {
   if (len == 0) return invalidArgument("verbs: cannot register an empty buffer");
   const uintptr_t start = reinterpret_cast<uintptr_t>(addr);
   if (start + len < start) return invalidArgument("verbs: buffer %p + %zu wraps around", addr, len);
   const uintptr_t end = start + len;
+  const uint8_t need = needs(use);
+  // Sends ask for local write too (see the header): read-only pins of never-written pages can go stale.
+  const uint8_t prefer = use == Use::kSend ? (kLocalWrite | kRemoteRead) : kLocalWrite;
   lockOwner();
   purgeLocked();
   auto it = index_.upper_bound(start);
   if (it != index_.begin()) {
     Entry* c = std::prev(it)->second;
-    if (c->start <= start && c->end >= end) {
+    if (c->start <= start && c->end >= end && (c->reg.access & need) == need) {
       if (c->inLru) {
         lru_.erase(c->lru);
         c->inLru = false;
@@ -220,26 +265,47 @@ Result<MrCache::Handle> MrCache::acquire(const void* addr, size_t len) {
   const uintptr_t page = pageSize();
   const uintptr_t pstart = start & ~(page - 1);
   const uintptr_t pend = (end + page - 1) & ~(page - 1);
-  // Cached ranges this one overlaps: register the union and drop them, so ranges in the index never overlap.
+  // Cached ranges this one overlaps: register the union, with the access of all of them, and drop them, so ranges
+  // in the index never overlap and no user of theirs loses access it had.
   std::vector<Entry*> overlaps;
   uintptr_t ustart = pstart, uend = pend;
-  it = index_.upper_bound(pstart);
-  if (it != index_.begin() && std::prev(it)->second->end > pstart) --it;
-  for (; it != index_.end() && it->first < pend; ++it) {
-    overlaps.push_back(it->second);
-    ustart = std::min(ustart, it->second->start);
-    uend = std::max(uend, it->second->end);
-  }
-  Result<Registration> reg = reg_(reinterpret_cast<void*>(ustart), uend - ustart);
-  if (!reg && (ustart != pstart || uend != pend)) {
-    // The union may span memory that is gone without our hearing of it: register just what was asked.
+  uint8_t uaccess = prefer;
+  auto collect = [&] {
+    overlaps.clear();
     ustart = pstart;
     uend = pend;
-    reg = reg_(reinterpret_cast<void*>(ustart), uend - ustart);
+    uaccess = prefer;
+    auto o = index_.upper_bound(pstart);
+    if (o != index_.begin() && std::prev(o)->second->end > pstart) --o;
+    for (; o != index_.end() && o->first < pend; ++o) {
+      overlaps.push_back(o->second);
+      ustart = std::min(ustart, o->second->start);
+      uend = std::max(uend, o->second->end);
+      uaccess |= o->second->reg.access;
+    }
+  };
+  collect();
+  Registration reg;
+  int err = registerLocked(ustart, uend, uaccess, need, &reg);
+  if (pinningRefused(err) && !lru_.empty()) {
+    // Out of pinnable memory, while registrations nobody uses hold some: let them go and try once more. The
+    // overlapping ones among them are gone, so the union is taken again.
+    const size_t dropped = dropUnusedLocked();
+    HC_TRACE(Ib, "verbs: registering %s refused (%s): dropped %zu unused registrations and retrying",
+             humanBytes(uend - ustart).c_str(), std::strerror(err), dropped);
+    collect();
+    err = registerLocked(ustart, uend, uaccess, need, &reg);
   }
-  if (!reg) {
+  if (err != 0 && (ustart != pstart || uend != pend || uaccess != prefer)) {
+    // The union may span memory that is gone without our hearing of it, or read-only memory another use needs
+    // written: register just what was asked, for just this use.
+    ustart = pstart;
+    uend = pend;
+    err = registerLocked(ustart, uend, prefer, need, &reg);
+  }
+  if (err != 0) {
     unlockOwner();
-    return reg.error();
+    return registrationError(err, reinterpret_cast<const void*>(pstart), pend - pstart);
   }
   for (Entry* o : overlaps) detachLocked(o);
   all_.emplace_back();
@@ -247,7 +313,7 @@ Result<MrCache::Handle> MrCache::acquire(const void* addr, size_t len) {
   e->self = std::prev(all_.end());
   e->start = ustart;
   e->end = uend;
-  e->reg = *reg;
+  e->reg = reg;
   e->refs = 1;
   e->indexed = true;
   index_[ustart] = e;
@@ -288,6 +354,7 @@ MrCache::Stats MrCache::stats() const {
   s.misses = misses_;
   s.evictions = evictions_;
   s.invalidations = invalidations_;
+  s.reclaims = reclaims_;
   s.entries = entries_;
   s.bytes = bytes_;
   s.inUse = inUse_;

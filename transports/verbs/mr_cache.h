@@ -14,6 +14,17 @@
 // a fixed ring when the lock is busy, and the owner's next call (acquire, release or purge) deregisters. When the
 // hook cannot be installed, the cache keeps nothing (every release deregisters).
 //
+// Access. A registration is made for a use: a receive buffer is written by our RDMA READs (local write only); a send
+// buffer is read by the peer's (remote read). A send buffer may be read-only memory (a PROT_READ mapping, .rodata),
+// where asking for local write makes ibv_reg_mr fail with EFAULT, so sends ask for local write and remote read first
+// and fall back to remote read alone on EFAULT. The write-first attempt stays because a read-only pin of private
+// pages never written yet can go stale on older kernels: the pin holds the shared zero page, and the first write
+// copies the page elsewhere. A hit must grant at least what its use needs (a read-only registration never serves a
+// receive); a registration that replaces overlapping ones asks for the union of their access.
+//
+// Pinned memory is limited (RLIMIT_MEMLOCK): when a registration is refused for lack of it, the cache drops every
+// unused registration it keeps and tries once more before giving up.
+//
 // Register and deregister are injected, so tests run it with a fake registrar; the verbs transport plugs in
 // ibv_reg_mr and ibv_dereg_mr. Threading: one owner thread calls acquire/release/purge; only the hook comes from
 // other threads.
@@ -35,13 +46,28 @@ struct Registration {
   void* handle = nullptr;  // ibv_mr*, or whatever the registrar uses
   uint32_t lkey = 0;
   uint32_t rkey = 0;
+  uint8_t access = 0;  // MrCache::Access bits it was registered with
 };
+
+// A system error for a refused registration (ibv_reg_mr's errno), with the RLIMIT_MEMLOCK hint when pinning was
+// refused and a note on read-only memory for EFAULT.
+Status registrationError(int err, const void* addr, size_t len);
 
 class MrCache {
   struct Entry;
 
  public:
-  using RegisterFn = std::function<Result<Registration>(void* addr, size_t len)>;
+  // What the NIC may do with the memory. Our own bits, so this header needs no <infiniband/verbs.h>; the verbs
+  // registrar maps them to IBV_ACCESS_LOCAL_WRITE and IBV_ACCESS_REMOTE_READ.
+  enum Access : uint8_t { kLocalWrite = 1, kRemoteRead = 2 };
+  // What a registration is for: a send's buffer is read by the peer, a receive's written by our reads.
+  enum class Use : uint8_t { kSend, kRecv };
+  static uint8_t needs(Use use) { return use == Use::kSend ? kRemoteRead : kLocalWrite; }
+
+  // Registers [addr, addr + len) with exactly `access`; 0 and *out filled, or an errno value (as ibv_reg_mr sets
+  // errno: EFAULT for memory that is not mapped, or not writable when local write is asked; ENOMEM, EAGAIN or EPERM
+  // when pinning is refused).
+  using RegisterFn = std::function<int(void* addr, size_t len, uint8_t access, Registration* out)>;
   using DeregisterFn = std::function<void(const Registration&)>;
 
   struct Limits {
@@ -50,6 +76,7 @@ class MrCache {
   };
   struct Stats {
     uint64_t hits = 0, misses = 0, evictions = 0, invalidations = 0;
+    uint64_t reclaims = 0;  // unused registrations dropped because pinning more was refused
     size_t entries = 0;  // live registrations
     size_t bytes = 0;
     size_t inUse = 0;
@@ -71,6 +98,7 @@ class MrCache {
     uint32_t rkey() const;
     uintptr_t base() const;  // the registered (page-aligned) range
     size_t length() const;
+    uint8_t access() const;  // Access bits: at least what the use it was acquired for needs
     // Releases. dropNow: the registration must not outlive its last user (a peer may still hold its rkey after a
     // failure), so it is deregistered as soon as nobody else uses it instead of staying cached.
     void reset(bool dropNow = false);
@@ -89,8 +117,8 @@ class MrCache {
   MrCache(const MrCache&) = delete;
   MrCache& operator=(const MrCache&) = delete;
 
-  // A registration covering [addr, addr + len); len > 0.
-  Result<Handle> acquire(const void* addr, size_t len);
+  // A registration covering [addr, addr + len) with the access `use` needs; len > 0.
+  Result<Handle> acquire(const void* addr, size_t len, Use use);
   // Applies the invalidations the hook queued or marked and deregisters what is no longer used. Cheap (one atomic
   // load) when there are none: the transport calls it from progress().
   void purge();
@@ -128,6 +156,10 @@ class MrCache {
   void detachLocked(Entry* e);
   void destroyLocked(Entry* e);
   void evictLocked();
+  size_t dropUnusedLocked();  // every unused (LRU) entry; returns how many
+  // One registration of [start, end) asking `want`; on EFAULT, when `need` does not include local write, again
+  // without it (read-only memory). 0 or an errno value.
+  int registerLocked(uintptr_t start, uintptr_t end, uint8_t want, uint8_t need, Registration* out);
   void release(Entry* e, bool dropNow);
 
   RegisterFn reg_;
@@ -143,7 +175,7 @@ class MrCache {
   std::atomic<size_t> indexed_{0};     // index_.size(), for the hook's fast exit
   std::list<Entry*> lru_;              // unused and indexed, least recently used first
   size_t entries_ = 0, bytes_ = 0, inUse_ = 0;
-  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, invalidations_ = 0;
+  uint64_t hits_ = 0, misses_ = 0, evictions_ = 0, invalidations_ = 0, reclaims_ = 0;
 
   std::atomic<bool> dirty_{false};  // entries marked invalid, or ranges queued
   std::atomic_flag ringLock_ = ATOMIC_FLAG_INIT;

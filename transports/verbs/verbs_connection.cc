@@ -15,12 +15,19 @@ namespace hetcomm::transport::verbs {
 
 namespace {
 
-// One RDMA READ moves at most this much (a work request's length is 32 bits, and ports cap max_msg_sz at 2 GiB).
+// One RDMA READ moves at most this much whatever the ports say (a work request's length is 32 bits, and ports cap
+// max_msg_sz at 2 GiB).
 constexpr uint64_t kMaxReadChunk = uint64_t{1} << 30;
-// close() gives an abort this long to leave before the queue pair goes to the error state and flushes it.
+// close() gives aborts this long to leave before the queue pairs go to the error state and flush them: from the
+// transport's first abort on, for all its connections together (Shared::abortLingerUntil).
 constexpr auto kAbortLinger = std::chrono::milliseconds(100);
+// A failing connection waits this long at most for its send queue's work requests to come back (fence()).
+constexpr auto kFenceLimit = std::chrono::milliseconds(100);
 // RDMA READs in flight per queue pair, at most; devices offer 16 or more.
 constexpr uint32_t kMaxRdAtomic = 16;
+// Bounce buffers that eager data and rendezvous announcements leave to fins, credits and aborts (fewer when there
+// are only a few).
+constexpr uint32_t kControlSlots = 2;
 
 ibv_mtu mtuEnum(int bytes) {
   switch (bytes) {
@@ -65,6 +72,8 @@ class VerbsQp final : public QueuePair {
     qa.cap.max_recv_wr = opts.recvSlots;
     qa.cap.max_send_sge = 1;
     qa.cap.max_recv_sge = 1;
+    // The caller clamped the work requests to the device's max_qp_wr (connectAll); one scatter-gather entry is all
+    // any work request here uses, and every device offers it.
     ibv_qp* raw = ibv_create_qp(dev->pd, &qa);
     if (!raw)
       return errnoStatus(errno, "verbs: ibv_create_qp on %s for rank %d (%u send, %u receive work requests)",
@@ -163,8 +172,9 @@ Result<std::unique_ptr<VerbsConnection>> VerbsConnection::create(std::shared_ptr
     return st;
   }
   bounce.lkey = mr->lkey;
-  bounce.release = [mr, base = bounce.base] {
-    ibv_dereg_mr(mr);
+  bounce.release = [mr, base = bounce.base, peer] {
+    if (int rc = ibv_dereg_mr(mr); rc != 0)
+      HC_WARN("verbs: ibv_dereg_mr of the bounce buffers for rank %d failed: %s", peer, std::strerror(rc));
     std::free(base);
   };
   auto qp = VerbsQp::create(dev, cq, peer, localPort, opts);
@@ -172,8 +182,13 @@ Result<std::unique_ptr<VerbsConnection>> VerbsConnection::create(std::shared_ptr
     bounce.release();
     return qp.error();
   }
-  return assemble(std::move(shared), dev->mrCache.get(), std::move(*qp), std::move(bounce), me, peer, localPort,
-                  localPortIndex, opts);
+  auto c = assemble(std::move(shared), dev->mrCache.get(), std::move(*qp), std::move(bounce), me, peer, localPort,
+                    localPortIndex, opts);
+  if (c) {
+    (*c)->device_ = dev;
+    (*c)->cq_ = cq;
+  }
+  return c;
 }
 
 Result<std::unique_ptr<VerbsConnection>> VerbsConnection::assemble(std::shared_ptr<Shared> shared, MrCache* mrCache,
@@ -211,6 +226,8 @@ Status VerbsConnection::start() {
   if (opts_.maxReadChunk == 0 || opts_.recvSlots < kMinRecvSlots || opts_.sendSlots == 0 ||
       opts_.eagerMax > opts_.slotPayload || opts_.sqDepth <= opts_.sendSlots)
     return internalError("verbs: inconsistent connection options");
+  readChunk_ = std::min(opts_.maxReadChunk, kMaxReadChunk);
+  if (localPort_.maxMsgSize > 0) readChunk_ = std::min<uint64_t>(readChunk_, localPort_.maxMsgSize);
   // Receives may be posted from INIT on, so the buffers are there before the peer can send.
   for (uint32_t i = 0; i < opts_.recvSlots; ++i) HC_TRY(postRecv(i));
   freeSend_.reserve(opts_.sendSlots);
@@ -242,6 +259,7 @@ QpInfo VerbsConnection::localInfo(uint64_t commId, uint32_t remotePortIndex) con
   q.slotPayload = opts_.slotPayload;
   q.eagerMax = opts_.eagerMax;
   q.rdAtomic = rdAtomic_;
+  q.maxMsgSize = localPort_.maxMsgSize;
   return q;
 }
 
@@ -252,8 +270,12 @@ Status VerbsConnection::connect(const QpInfo& remote, const PortInfo& remotePort
   sendEagerMax_ = std::min<size_t>(opts_.eagerMax, remote.slotPayload);
   recvEagerMax_ = std::min<size_t>(remote.eagerMax, opts_.slotPayload);
   // Reads in flight: what this side may issue and what the peer serves, whichever is less (NICs may differ); the
-  // same number bounds what we serve, so both directions agree on one value.
+  // same number bounds what we serve, so both directions agree on one value. Posting more would not fail but
+  // stall the send queue, SENDs behind them included; and reads leave the bounce buffers' worth of it to SENDs.
   rdAtomic_ = std::min(rdAtomic_, remote.rdAtomic);
+  readDepth_ = std::max<uint32_t>(1, std::min(rdAtomic_, opts_.sqDepth - opts_.sendSlots));
+  // A read is one message for both ports: neither's max_msg_sz may be exceeded.
+  if (remote.maxMsgSize > 0) readChunk_ = std::min<uint64_t>(readChunk_, remote.maxMsgSize);
   return qp_->connect(localPort_, remote, psn_, rdAtomic_, opts_);
 }
 
@@ -309,37 +331,47 @@ Status VerbsConnection::postMessage(MsgHeader h, const void* payload) {
   return okStatus();
 }
 
+bool VerbsConnection::postQueued(Out& o) {
+  MsgHeader h;
+  h.type = o.type;
+  h.tag = o.tag;
+  h.id = o.id;
+  h.status = o.status;
+  const void* payload = nullptr;
+  if (o.type == MsgHeader::kEager) {
+    h.len = static_cast<uint32_t>(o.size);
+    h.size = o.size;
+    payload = o.data;
+  } else if (o.type == MsgHeader::kRts) {
+    auto it = rndvSends_.find(o.id);
+    HC_CHECK(it != rndvSends_.end());
+    h.size = o.size;
+    h.addr = reinterpret_cast<uintptr_t>(o.data);
+    h.rkey = it->second.mr.rkey();
+  }
+  if (Status st = postMessage(h, payload); !st.ok()) {
+    fail(st);  // clears the queues: o is gone
+    return false;
+  }
+  if (o.type == MsgHeader::kEager) o.req->succeed(o.size);  // copied out of the caller's buffer
+  return true;
+}
+
 void VerbsConnection::flush() {
-  while (broken_.ok() && !outq_.empty() && canPost(2)) {
-    Out& o = outq_.front();
-    MsgHeader h;
-    h.type = o.type;
-    h.tag = o.tag;
-    h.id = o.id;
-    h.status = o.status;
-    const void* payload = nullptr;
-    if (o.type == MsgHeader::kEager) {
-      h.len = static_cast<uint32_t>(o.size);
-      h.size = o.size;
-      payload = o.data;
-    } else if (o.type == MsgHeader::kRts) {
-      auto it = rndvSends_.find(o.id);
-      HC_CHECK(it != rndvSends_.end());
-      h.size = o.size;
-      h.addr = reinterpret_cast<uintptr_t>(o.data);
-      h.rkey = it->second.mr.rkey();
-    }
-    if (Status st = postMessage(h, payload); !st.ok()) {
-      fail(st);
-      return;
-    }
-    if (o.type == MsgHeader::kEager) o.req->succeed(o.size);  // copied out of the caller's buffer
+  // Fins first, on the control slots if need be: they finish the peer's sends and release its registrations.
+  while (broken_.ok() && !finq_.empty() && canPost(2)) {
+    if (!postQueued(finq_.front())) return;
+    finq_.pop_front();
+  }
+  const uint32_t keep = std::min(kControlSlots, opts_.sendSlots - 1);
+  while (broken_.ok() && !outq_.empty() && canPost(2, keep)) {
+    if (!postQueued(outq_.front())) return;
     outq_.pop_front();
   }
-  while (broken_.ok() && !readq_.empty() && sqUsed_ < opts_.sqDepth) {
+  while (broken_.ok() && !readq_.empty() && readsInFlight_ < readDepth_ && sqUsed_ < opts_.sqDepth) {
     const uint32_t index = readq_.front();
     Read& r = reads_[index];
-    const uint64_t len = std::min({opts_.maxReadChunk, kMaxReadChunk, r.total - r.posted});
+    const uint64_t len = std::min(readChunk_, r.total - r.posted);
     ibv_sge sge{};
     sge.addr = reinterpret_cast<uintptr_t>(r.dst + r.posted);
     sge.length = static_cast<uint32_t>(len);
@@ -357,6 +389,7 @@ void VerbsConnection::flush() {
       return;
     }
     ++sqUsed_;
+    ++readsInFlight_;
     ++r.inFlight;
     r.posted += len;
     if (r.posted == r.total) readq_.pop_front();
@@ -382,7 +415,7 @@ Status VerbsConnection::isend(Request& req, std::span<const std::byte> buf, uint
   if (buf.size() <= sendEagerMax_) {
     outq_.push_back({MsgHeader::kEager, &req, tag, buf.data(), buf.size()});
   } else {
-    auto mr = mrCache_->acquire(buf.data(), buf.size());
+    auto mr = mrCache_->acquire(buf.data(), buf.size(), MrCache::Use::kSend);
     if (!mr) {
       req.fail(
           Status(mr.error().code(), format("rank %d: sending %s to rank %d: %s", me_, humanBytes(buf.size()).c_str(),
@@ -410,6 +443,7 @@ void VerbsConnection::sendAbort(std::string_view reason) noexcept {
   if (postMessage(h, text.data()).ok()) {
     abortSent_ = true;
     abortSlot_ = slot;
+    if (!shared_->abortLingerUntil) shared_->abortLingerUntil = std::chrono::steady_clock::now() + kAbortLinger;
   }
 }
 
@@ -439,7 +473,7 @@ Status VerbsConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t t
     inbound_.erase(it);
     if (rts.size != buf.size()) {
       req.fail(sizeMismatch(peer_, rts.size, tag, me_, buf.size()));
-      outq_.push_back({MsgHeader::kFin, nullptr, tag, nullptr, 0, rts.id, MsgHeader::kFinSizeMismatch});
+      finq_.push_back({MsgHeader::kFin, nullptr, tag, nullptr, 0, rts.id, MsgHeader::kFinSizeMismatch});
       flush();
     } else {
       startRead(&req, buf, tag, rts.addr, rts.rkey, rts.size, rts.id);
@@ -462,11 +496,11 @@ void VerbsConnection::startRead(Request* req, std::span<std::byte> user, uint64_
     req->fail(broken_);
     return;
   }
-  auto mr = mrCache_->acquire(user.data(), user.size());
+  auto mr = mrCache_->acquire(user.data(), user.size(), MrCache::Use::kRecv);
   if (!mr) {
     req->fail(Status(mr.error().code(), format("rank %d: receiving %s from rank %d: %s", me_, humanBytes(size).c_str(),
                                                peer_, std::string(mr.error().message()).c_str())));
-    outq_.push_back({MsgHeader::kFin, nullptr, tag, nullptr, 0, id, MsgHeader::kFinFailed});
+    finq_.push_back({MsgHeader::kFin, nullptr, tag, nullptr, 0, id, MsgHeader::kFinFailed});
     flush();
     return;
   }
@@ -505,7 +539,7 @@ void VerbsConnection::finishRead(uint32_t index) {
   r.mr.reset();
   Request* req = r.req;
   r.req = nullptr;
-  outq_.push_back({MsgHeader::kFin, nullptr, r.tag, nullptr, 0, r.id, MsgHeader::kFinOk});
+  finq_.push_back({MsgHeader::kFin, nullptr, r.tag, nullptr, 0, r.id, MsgHeader::kFinOk});
   req->succeed(r.total);
   recycleRead(index);
 }
@@ -565,7 +599,7 @@ void VerbsConnection::onRts(const MsgHeader& h) {
   inbound_.erase(it);
   if (user.size() != h.size) {
     req->fail(sizeMismatch(peer_, h.size, h.tag, me_, user.size()));
-    outq_.push_back({MsgHeader::kFin, nullptr, h.tag, nullptr, 0, h.id, MsgHeader::kFinSizeMismatch});
+    finq_.push_back({MsgHeader::kFin, nullptr, h.tag, nullptr, 0, h.id, MsgHeader::kFinSizeMismatch});
     return;  // handleMessage flushes
   }
   startRead(req, user, h.tag, h.addr, h.rkey, h.size, h.id);
@@ -658,12 +692,14 @@ void VerbsConnection::onCompletion(const ibv_wc& wc) {
       return;
     case WrKind::kRead: {
       --sqUsed_;
+      --readsInFlight_;
       if (index >= reads_.size() || reads_[index].inFlight == 0) return;
       --reads_[index].inFlight;
       if (wc.status != IBV_WC_SUCCESS) {
         failCompletion(wc, "rdma read from");  // a no-op once broken
-      } else if (reads_[index].live && reads_[index].inFlight == 0 && reads_[index].posted == reads_[index].total) {
-        finishRead(index);
+      } else if (broken_.ok() && reads_[index].live && reads_[index].inFlight == 0 &&
+                 reads_[index].posted == reads_[index].total) {
+        finishRead(index);  // (not while failing: fail() fails it, whatever arrived during the fence)
       }
       recycleRead(index);  // a read that failed while chunks were in flight frees its slot with the last one
       flush();
@@ -695,13 +731,21 @@ void VerbsConnection::failCompletion(const ibv_wc& wc, const char* what) {
              describe().c_str(), ibv_wc_status_str(wc.status), static_cast<int>(wc.status), wc.vendor_err, hint)));
 }
 
+void VerbsConnection::onAsyncError(const Status& why) noexcept {
+  if (!broken_.ok()) return;
+  fail(Status(why.code(), format("rank %d: verbs connection to rank %d failed on %s: %s", me_, peer_,
+                                 describe().c_str(), std::string(why.message()).c_str())));
+}
+
 void VerbsConnection::fail(const Status& why) {
   if (!broken_.ok()) return;
   broken_ = why;
   HC_TRACE(Ib, "verbs: %s failed: %s", describe().c_str(), why.toString().c_str());
-  // First stop the hardware: a queue pair in the error state neither reads nor writes callers' buffers any more
-  // and answers no reads of the peer; its outstanding work comes back flushed.
-  if (qp_) qp_->setError();
+  // First stop the hardware: a queue pair in the error state starts no new work on callers' buffers and answers
+  // no reads of the peer; its outstanding work comes back flushed. But a read already under way may still be
+  // writing into its buffer until its completion comes back: wait for every one before letting go of anything.
+  if (qp_ && !(device_ && device_->fatal)) qp_->setError();  // (a dead device refuses every verb)
+  fence();
   for (auto& [tag, in] : inbound_)
     if (in.req) in.req->fail(why);
   inbound_.clear();
@@ -717,6 +761,7 @@ void VerbsConnection::fail(const Status& why) {
   for (auto& o : outq_)
     if (o.req) o.req->fail(why);
   outq_.clear();
+  finq_.clear();
   for (auto& [id, s] : rndvSends_) {
     s.req->fail(why);
     s.mr.reset(/*dropNow=*/true);  // the peer knows its rkey
@@ -724,12 +769,39 @@ void VerbsConnection::fail(const Status& why) {
   rndvSends_.clear();
 }
 
+void VerbsConnection::fence() {
+  if (sqUsed_ == 0) return;
+  if ((device_ && device_->fatal) || shared_->fenceTimedOut) {
+    // A device that completes no work also does no DMA any more (or a fence already waited for it in vain).
+    HC_TRACE(Ib, "verbs: %s: not waiting for %u work requests: the device is gone", describe().c_str(), sqUsed_);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  while (sqUsed_ > 0) {
+    if (Status st = shared_->pollFor(id_); !st.ok()) {
+      HC_TRACE(Ib, "verbs: %s: polling for flushed work requests: %s", describe().c_str(), st.toString().c_str());
+      return;
+    }
+    if (sqUsed_ == 0) return;
+    if (std::chrono::steady_clock::now() - start >= kFenceLimit) {
+      shared_->fenceTimedOut = true;
+      HC_WARN("verbs: %s: %u work requests still outstanding %lld ms after the queue pair went to the error state; "
+              "releasing their buffers anyway",
+              describe().c_str(), sqUsed_,
+              (long long)std::chrono::duration_cast<std::chrono::milliseconds>(kFenceLimit).count());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
 void VerbsConnection::close(const Status& why) noexcept {
-  // An abort still in the send queue would be flushed by the error state: give it a moment to leave.
-  if (broken_.ok() && abortSlot_ >= 0) {
-    const auto until = std::chrono::steady_clock::now() + kAbortLinger;
+  // An abort still in the send queue would be flushed by the error state: give it until the transport's linger
+  // deadline (set by its first abort, so closing many connections lingers once) to leave.
+  if (broken_.ok() && abortSlot_ >= 0 && shared_->abortLingerUntil) {
+    const auto until = *shared_->abortLingerUntil;
     while (broken_.ok() && abortSlot_ >= 0 && std::chrono::steady_clock::now() < until) {
-      if (!shared_->poll().ok()) break;
+      if (!shared_->pollFor(id_).ok()) break;
       if (abortSlot_ >= 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }

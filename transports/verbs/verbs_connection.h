@@ -19,9 +19,18 @@
 // finds a posted buffer and receiver-not-ready never happens. RDMA READs consume no receive buffer. (The unit
 // tests check all of this over a software QueuePair, under adversarial schedules.)
 //
-// Failures: a completion with an error status fails the connection, naming the peer, the ports and
-// ibv_wc_status_str. Failing moves the queue pair to the error state first, so the hardware neither reads nor
-// writes callers' buffers after their requests failed, and drops the registrations it used.
+// Send queue: SENDs are bounded by the bounce buffers, RDMA READs by the read depth both sides agreed on (rdAtomic:
+// more would stall the send queue, and every SEND behind them) and by the room the bounce buffers leave, so a SEND
+// always finds room however many reads wait. The last kControlSlots bounce buffers are kept for control messages
+// (fin, credit, abort), and fins go before queued data: a receiver's fins and credits are not stuck behind its own
+// eager data. A read moves at most readChunk bytes per work request: the smaller of both ports' max_msg_sz and
+// maxReadChunk.
+//
+// Failures: a completion with an error status, or an asynchronous event about the queue pair, its port or its
+// device, fails the connection, naming the peer, the ports and the reason. Failing moves the queue pair to the
+// error state, then waits (polling, at most kFenceLimit) until every work request of its send queue has come back,
+// flushed or done: only then are the RDMA READs that write into callers' buffers over, and only then are requests
+// failed and registrations dropped.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -47,7 +56,10 @@ struct ConnectionOptions {
   uint32_t eagerMax = 8192;                   // largest message sent eagerly (<= slotPayload)
   uint32_t sqDepth = 64;                      // send-queue work requests: messages and read chunks
   uint32_t rdAtomic = 16;                     // RDMA READs this side serves at once and may issue (the device's limits)
-  uint64_t maxReadChunk = uint64_t{1} << 30;  // one RDMA READ moves at most this (a work request's length is 32 bits)
+  // One RDMA READ moves at most this, and at most both ports' max_msg_sz. 8 MiB: rxe's max_msg_sz (mlx5 allows
+  // 1 GiB, but a chunk is already ~0.3 ms at 200 Gb/s, so the per-request cost is noise), and a message the
+  // responder must stream before it answers a SEND queued behind it, so smaller keeps fins and credits prompt.
+  uint64_t maxReadChunk = uint64_t{8} << 20;
   int sl = 0, trafficClass = 0, timeout = 18, retryCnt = 7;
 };
 
@@ -100,7 +112,14 @@ class VerbsConnection final : public Connection {
   Status connect(const QpInfo& remote, const PortInfo& remotePort);
   // Called by Shared::poll for every completion of this connection's work requests.
   void onCompletion(const ibv_wc& wc);
+  // An asynchronous event (its queue pair, port or device) broke the connection: fails it with why.
+  void onAsyncError(const Status& why) noexcept;
   uint32_t id() const { return id_; }
+  const PortInfo& localPort() const { return localPort_; }
+  uint32_t qpn() const { return qp_ ? qp_->qpn() : 0; }
+  ibv_cq* cq() const { return cq_; }
+  uint64_t readChunk() const { return readChunk_; }    // after connect()
+  uint32_t readDepth() const { return readDepth_; }    // reads in flight at most, after connect()
 
   int peer() const override { return peer_; }
   Status isend(Request& req, std::span<const std::byte> buf, uint64_t tag) override;
@@ -138,7 +157,7 @@ class VerbsConnection final : public Connection {
     uint64_t addr = 0;
     uint32_t rkey = 0, id = 0;
   };
-  // A rendezvous receive: RDMA READs into the posted buffer, in chunks of at most kMaxReadChunk.
+  // A rendezvous receive: RDMA READs into the posted buffer, in chunks of at most readChunk_.
   struct Read {
     bool live = false;  // false once finished or failed; the slot is reused when no chunk is in flight
     bool free = true;   // in freeReads_
@@ -163,9 +182,13 @@ class VerbsConnection final : public Connection {
   Status postRecv(uint32_t slot);
   // Fills a bounce buffer with the header (returning owed credits) and payload, and posts the SEND.
   Status postMessage(MsgHeader h, const void* payload);
-  bool canPost(uint32_t credits) const { return credits_ >= credits && !freeSend_.empty() && sqUsed_ < opts_.sqDepth; }
-  // Posts what waits, as far as credits, bounce buffers and the send queue allow.
+  // A SEND of a message needing `credits` may go now, leaving `keepSlots` bounce buffers free.
+  bool canPost(uint32_t credits, uint32_t keepSlots = 0) const {
+    return credits_ >= credits && freeSend_.size() > keepSlots && sqUsed_ < opts_.sqDepth;
+  }
+  // Posts what waits, as far as credits, bounce buffers and the send queue allow: fins, then data, then reads.
   void flush();
+  bool postQueued(Out& o);  // one of outq_/finq_; false when the connection failed
   void startRead(Request* req, std::span<std::byte> user, uint64_t tag, uint64_t addr, uint32_t rkey, uint64_t size,
                  uint32_t id);
   void finishRead(uint32_t index);
@@ -178,6 +201,8 @@ class VerbsConnection final : public Connection {
 
   void failCompletion(const ibv_wc& wc, const char* what);
   void fail(const Status& why);
+  // After the queue pair went to the error state: polls until no work request of this send queue is outstanding.
+  void fence();
   Status gone() const;
 
   std::shared_ptr<Shared> shared_;
@@ -189,9 +214,14 @@ class VerbsConnection final : public Connection {
   PortInfo localPort_, remotePort_;
   uint32_t localPortIndex_;
   Options opts_;
+  Device* device_ = nullptr;  // null for assembled (test) connections
+  ibv_cq* cq_ = nullptr;
   uint32_t id_ = 0;
   uint32_t psn_ = 0;
-  uint32_t rdAtomic_ = 1;  // reads this side may have in flight, and serves at once
+  uint32_t rdAtomic_ = 1;     // reads this side may have in flight, and serves at once (agreed with the peer)
+  uint32_t readDepth_ = 1;    // reads in flight at most: rdAtomic_, within the send queue's room beside the SENDs
+  uint64_t readChunk_ = 0;    // bytes per RDMA READ at most (both ports' max_msg_sz, maxReadChunk)
+  uint32_t readsInFlight_ = 0;
 
   uint32_t peerRecvSlots_ = 0;  // the peer's receive buffers: credits never exceed it
   uint32_t credits_ = 0;        // SENDs the peer has buffers for
@@ -201,7 +231,8 @@ class VerbsConnection final : public Connection {
   size_t sendEagerMax_ = 0;  // eager limit of messages to the peer
   size_t recvEagerMax_ = 0;  // and of messages from it
 
-  std::deque<Out> outq_;
+  std::deque<Out> finq_;  // fins: before data, on the control slots if need be
+  std::deque<Out> outq_;  // eager data and rendezvous announcements, in order
   std::unordered_map<uint32_t, RndvSend> rndvSends_;
   uint32_t nextRndvId_ = 1;
   std::unordered_map<uint64_t, Inbound> inbound_;

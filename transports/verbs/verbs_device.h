@@ -12,7 +12,11 @@
 
 #include <infiniband/verbs.h>
 
+#include <chrono>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,12 +48,13 @@ struct Device {
   };
 
   std::string name;
-  ibv_context* ctx = nullptr;
+  ibv_context* ctx = nullptr;           // its async_fd is non-blocking
   ibv_pd* pd = nullptr;
   ibv_comp_channel* channel = nullptr;  // its fd is non-blocking
   ibv_device_attr attr{};
   std::vector<Cq> cqs;
   std::unique_ptr<MrCache> mrCache;
+  bool fatal = false;  // IBV_EVENT_DEVICE_FATAL came: nothing on it works any more, nor is it polled
 
   ~Device();
   // A completion queue with room for `entries` more completions (one connection's queues); when the last one is
@@ -65,20 +70,41 @@ struct Shared {
   std::vector<std::unique_ptr<Device>> devices;
   std::unordered_map<uint32_t, VerbsConnection*> conns;  // by connection id
   uint32_t nextConnId = 1;
-  int epollFd = -1;         // the channels of every device, when there are several
+  int epollFd = -1;         // every device's completion channel and asynchronous-event fd
   uint64_t dispatched = 0;  // completions handed to connections, ever
+  // close() lets an abort still in flight leave before it moves the queue pair to the error state, until this
+  // deadline. One for the whole transport, set by the first abort: a rank that gives up aborts every connection and
+  // closes them one after another on the engine thread, which must not linger for each.
+  std::optional<std::chrono::steady_clock::time_point> abortLingerUntil;
+  // A connection's fence once waited in vain for its flushed work requests: the device no longer completes work,
+  // so later fences do not wait again.
+  bool fenceTimedOut = false;
 
-  ~Shared();
+  virtual ~Shared();
   Device* device(const std::string& name);
-  // Consumes channel events, polls every CQ dry and dispatches, re-arms a CQ whose event was consumed and polls it
-  // again (a completion between the last poll and the arming raises no event). Never blocks.
+  // Reads asynchronous events, consumes channel events, polls every CQ dry and dispatches, re-arms a CQ whose event
+  // was consumed and polls it again (a completion between the last poll and the arming raises no event). Never
+  // blocks. Not reentrant: connections call pollFor instead.
   Status poll();
+  // Polls the CQs for one connection's completions only (its fence after an error, its abort's linger), dispatching
+  // them in order; everybody else's stay queued, in order, for the next poll(), so no other connection runs inside
+  // this one's call. Never blocks. Virtual: the unit tests' software queue pairs complete work here.
+  virtual Status pollFor(uint32_t connId);
+  // Acts on one asynchronous event of dev (after ibv_get_async_event; the caller acks it): fails the connections a
+  // fatal device error, an error of their port, a CQ error or a fatal error of their queue pair concerns, naming
+  // the device and port; logs the rest.
+  void onAsyncEvent(Device& dev, const ibv_async_event& event);
 
  private:
-  Status drain(Device& dev, ibv_cq* cq);
-};
+  Status drain(Device& dev, ibv_cq* cq, uint32_t only);
+  Status pollCq(Device& dev, ibv_cq* cq);  // appends to pending_
+  void dispatch(const ibv_wc& wc);
+  void readAsyncEvents(Device& dev);
+  // Fails dev's connections that `which` picks; returns how many.
+  size_t failConnections(Device& dev, const std::function<bool(const VerbsConnection&)>& which, const Status& why);
 
-// A system error for a failed ibv_reg_mr, with the RLIMIT_MEMLOCK hint when pinning was refused.
-Status registrationError(int err, const void* addr, size_t len);
+  std::deque<ibv_wc> pending_;  // polled, not dispatched yet (a fence took its own out of the middle), CQ order
+  bool polling_ = false;
+};
 
 }  // namespace hetcomm::transport::verbs

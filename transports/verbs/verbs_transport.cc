@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -56,25 +57,43 @@ uint64_t portRateMbps(uint8_t width, uint8_t speed) {
   return lanes * lane;
 }
 
-bool ipv4Mapped(const uint8_t* g) {
-  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  return std::memcmp(g, prefix, 12) == 0;
+GidType gidTypeOf(uint32_t type) {
+  switch (type) {
+    case IBV_GID_TYPE_ROCE_V1:
+      return GidType::kRoceV1;
+    case IBV_GID_TYPE_ROCE_V2:
+      return GidType::kRoceV2;
+    default:
+      return GidType::kIb;
+  }
 }
 
-// The GID this port is addressed by: index 0 on InfiniBand; on RoCE the best entry (RoCE v2 with an IPv4 address,
-// then RoCE v2, then RoCE v1), unless HETCOMM_IB_GID_INDEX says which. Empty string: found; else why not.
+// The GID this port is addressed by, and its type: index 0 on InfiniBand; on RoCE the best entry (RoCE v2 with an
+// IPv4 address, then RoCE v2, then RoCE v1), unless HETCOMM_IB_GID_INDEX says which. Empty string: found; else why
+// not.
 std::string chooseGid(ibv_context* ctx, int port, const ibv_port_attr& pa, bool roce, PortInfo& out) {
   auto usable = [](const uint8_t* g) { return std::any_of(g, g + 16, [](uint8_t b) { return b != 0; }); };
   const int64_t forced = ibGidIndex();
   if (forced >= 0 || !roce) {
     const int idx = forced >= 0 ? static_cast<int>(forced) : 0;
-    ibv_gid gid{};
     if (idx >= pa.gid_tbl_len)
       return format("HETCOMM_IB_GID_INDEX=%d, but the GID table has %d entries", idx, pa.gid_tbl_len);
+    out.gidIndex = idx;
+    out.gidType = GidType::kIb;
+    if (roce) {
+      // The type decides who the port can talk to (choosePortPair): ask for it with the GID.
+      ibv_gid_entry e{};
+      if (int rc = ibv_query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(idx), &e, 0); rc != 0)
+        return format("ibv_query_gid_ex(%d): %s", idx, std::strerror(rc));
+      if (!usable(e.gid.raw)) return format("GID %d is empty", idx);
+      out.gidType = gidTypeOf(e.gid_type) == GidType::kRoceV1 ? GidType::kRoceV1 : GidType::kRoceV2;
+      std::memcpy(out.gid.data(), e.gid.raw, 16);
+      return "";
+    }
+    ibv_gid gid{};
     if (ibv_query_gid(ctx, static_cast<uint8_t>(port), idx, &gid) != 0)
       return format("ibv_query_gid(%d): %s", idx, std::strerror(errno));
     if (!usable(gid.raw)) return format("GID %d is empty", idx);
-    out.gidIndex = idx;
     std::memcpy(out.gid.data(), gid.raw, 16);
     return "";
   }
@@ -83,11 +102,14 @@ std::string chooseGid(ibv_context* ctx, int port, const ibv_port_attr& pa, bool 
     ibv_gid_entry e{};
     if (ibv_query_gid_ex(ctx, static_cast<uint32_t>(port), static_cast<uint32_t>(i), &e, 0) != 0) continue;
     if (!usable(e.gid.raw)) continue;
-    int score = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? (ipv4Mapped(e.gid.raw) ? 3 : 2) : 1;
+    std::array<uint8_t, 16> g;
+    std::memcpy(g.data(), e.gid.raw, 16);
+    int score = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? (gidIsIpv4(g) ? 3 : 2) : 1;
     if (score > bestScore) {
       bestScore = score;
       out.gidIndex = i;
-      std::memcpy(out.gid.data(), e.gid.raw, 16);
+      out.gidType = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? GidType::kRoceV2 : GidType::kRoceV1;
+      out.gid = g;
     }
   }
   if (bestScore < 0) return "no GID configured (does its network interface have an IP address?)";
@@ -100,9 +122,9 @@ std::string joined(const std::vector<std::string>& items) {
   return s;
 }
 
-Availability discoverImpl(const std::string& spec, Code* code) {
-  *code = Code::kSystem;
+Availability discoverImpl(const std::string& spec) {
   Availability av;
+  av.code = Code::kSystem;
   int n = 0;
   errno = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -137,9 +159,13 @@ Availability discoverImpl(const std::string& spec, Code* code) {
       continue;
     }
     ibv_device_attr attr{};
+    auto closeDevice = [&] {
+      if (ibv_close_device(ctx) != 0)
+        HC_TRACE(Ib, "verbs: ibv_close_device(%s): %s", name.c_str(), std::strerror(errno));
+    };
     if (int rc = ibv_query_device(ctx, &attr); rc != 0) {
       problems.push_back(format("%s: ibv_query_device: %s", name.c_str(), std::strerror(rc)));
-      ibv_close_device(ctx);
+      closeDevice();
       continue;
     }
     for (int port = 1; port <= attr.phys_port_cnt; ++port) {
@@ -161,19 +187,23 @@ Availability discoverImpl(const std::string& spec, Code* code) {
       p.rateMbps = portRateMbps(pa.active_width, pa.active_speed);
       p.lid = p.roce ? 0 : pa.lid;
       p.mtu = 128 << pa.active_mtu;  // IBV_MTU_256 = 1 ... IBV_MTU_4096 = 5
+      p.maxMsgSize = pa.max_msg_sz;
       if (std::string why = chooseGid(ctx, port, pa, p.roce, p); !why.empty()) {
         problems.push_back(format("%s:%d: %s", name.c_str(), port, why.c_str()));
         continue;
       }
       av.ports.push_back(std::move(p));
     }
-    ibv_close_device(ctx);
+    closeDevice();
   }
   ibv_free_device_list(list);
-  if (!av.ports.empty()) return av;
+  if (!av.ports.empty()) {
+    av.code = Code::kOk;
+    return av;
+  }
   if (!anyMatch && problems.empty()) {
     if (!spec.empty()) {
-      *code = Code::kInvalidUsage;
+      av.code = Code::kInvalidUsage;
       av.reason = format("HETCOMM_IB_HCA=%s matches none of %s", spec.c_str(), joined(names).c_str());
     } else {
       av.reason = format("the RDMA devices (%s) have no ports", joined(names).c_str());
@@ -189,10 +219,33 @@ Availability discoverImpl(const std::string& spec, Code* code) {
 
 }  // namespace
 
-Availability discover(const std::string& hcaSpec) {
-  Code code;
-  return discoverImpl(hcaSpec, &code);
+Availability discover(const std::string& hcaSpec) { return discoverImpl(hcaSpec); }
+
+namespace {
+
+// Registered pages are pinned: after fork() the parent's copy-on-write may move a page the NIC still uses, so a
+// process that forks (system(), a launcher, a data loader) corrupts RDMA traffic. libibverbs then needs
+// ibv_fork_init() (MADV_DONTFORK on every registration) before the first registration in the process; afterwards it
+// refuses (EINVAL). Kernels from 5.13 copy pinned pages at fork themselves: ibv_is_fork_initialized() says
+// IBV_FORK_UNNEEDED and nothing is needed. RDMAV_FORK_SAFE=1 makes libibverbs do it on its own. Once per process.
+void ensureForkSafety() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const ibv_fork_status status = ibv_is_fork_initialized();
+    if (status != IBV_FORK_DISABLED) {
+      HC_TRACE(Ib, "verbs: fork support %s",
+               status == IBV_FORK_ENABLED ? "enabled" : "unneeded (kernel copies on fork)");
+      return;
+    }
+    if (int rc = ibv_fork_init(); rc != 0)
+      HC_INFO(Ib,
+              "verbs: ibv_fork_init failed (%s%s): registered memory is not fork-safe, so a fork() in this process "
+              "may corrupt RDMA transfers",
+              std::strerror(rc), rc == EINVAL ? ": memory was registered before" : "");
+  });
 }
+
+}  // namespace
 
 // ---- transport ----
 
@@ -207,14 +260,17 @@ struct VerbsTransport::Impl {
 };
 
 Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const Config& config) {
-  const std::string& spec = ibHca();
-  Code code;
-  Availability av = discoverImpl(spec, &code);
-  if (av.ports.empty()) return Status(code, "verbs: " + av.reason);
+  return create(config, discoverImpl(ibHca()));
+}
+
+Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const Config& config, const Availability& av) {
+  if (av.ports.empty())
+    return Status(av.code == Code::kOk ? Code::kSystem : av.code,
+                  "verbs: " + (av.reason.empty() ? std::string("no usable RDMA port") : av.reason));
 
   auto impl = std::make_unique<Impl>();
   impl->cfg = config;
-  impl->ports = std::move(av.ports);
+  impl->ports = av.ports;
   impl->shared->cfg = config;
   auto& o = impl->opts;
   const int64_t eager = verbsEagerBytes(), slots = verbsRecvSlots();
@@ -246,25 +302,26 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const Config& con
   side.commId ^= kSidebandSalt;
   HC_ASSIGN_OR_RETURN(impl->sideband, tcp::TcpTransport::create(side));
 
+  ensureForkSafety();  // before anything is registered (the bounce buffers, at connectAll)
   for (const auto& p : impl->ports) {
     if (impl->shared->device(p.device)) continue;
     HC_ASSIGN_OR_RETURN(auto dev, openDevice(p.device, limits));
     impl->shared->devices.push_back(std::move(dev));
   }
-  if (impl->shared->devices.size() == 1) {
-    impl->waitFd = impl->shared->devices[0]->channel->fd;
-  } else {
-    // One fd for the engine: an epoll set is readable when any of its members is.
-    impl->shared->epollFd = epoll_create1(EPOLL_CLOEXEC);
-    if (impl->shared->epollFd < 0) return errnoStatus(errno, "verbs: epoll_create1");
-    for (auto& d : impl->shared->devices) {
+  // One fd for the engine: an epoll set, readable when any of its members is: every device's completion channel
+  // and asynchronous-event fd.
+  impl->shared->epollFd = epoll_create1(EPOLL_CLOEXEC);
+  if (impl->shared->epollFd < 0) return errnoStatus(errno, "verbs: epoll_create1");
+  for (auto& d : impl->shared->devices) {
+    for (auto [fd, what] : {std::pair<int, const char*>{d->channel->fd, "completion channel"},
+                            std::pair<int, const char*>{d->ctx->async_fd, "asynchronous-event fd"}}) {
       epoll_event ev{};
       ev.events = EPOLLIN;
-      if (epoll_ctl(impl->shared->epollFd, EPOLL_CTL_ADD, d->channel->fd, &ev) != 0)
-        return errnoStatus(errno, "verbs: epoll_ctl for %s's completion channel", d->name.c_str());
+      if (epoll_ctl(impl->shared->epollFd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        return errnoStatus(errno, "verbs: epoll_ctl for %s's %s", d->name.c_str(), what);
     }
-    impl->waitFd = impl->shared->epollFd;
   }
+  impl->waitFd = impl->shared->epollFd;
   std::string portsText;
   for (const auto& p : impl->ports) portsText += (portsText.empty() ? "" : ", ") + describePort(p);
   HC_INFO(Ib, "verbs: rank %d can use %s; eager up to %s, %u receive buffers per peer, registration cache %s",
@@ -357,6 +414,31 @@ Status waitSideband(tcp::TcpTransport& side, std::vector<PeerSetup>& peers, Dead
   }
 }
 
+// The connection options on dev: the transport's, within the device's limits. Work requests per queue beyond
+// max_qp_wr would make ibv_create_qp fail, so fewer receive buffers, bounce buffers and read slots; the read depth
+// is what the device serves and issues.
+Result<VerbsConnection::Options> optionsOn(const VerbsConnection::Options& base, const Device& dev) {
+  VerbsConnection::Options o = base;
+  o.rdAtomic = static_cast<uint32_t>(std::max(1, std::min(dev.attr.max_qp_rd_atom, dev.attr.max_qp_init_rd_atom)));
+  if (dev.attr.max_sge < 1)
+    return systemError("verbs: %s offers no scatter-gather entry per work request", dev.name.c_str());
+  if (dev.attr.max_qp_wr <= 0) return o;  // not reported: trust the defaults
+  const uint32_t maxWr = static_cast<uint32_t>(dev.attr.max_qp_wr);
+  if (maxWr < std::max<uint32_t>(kMinRecvSlots, 2))
+    return systemError("verbs: %s allows only %u work requests per queue", dev.name.c_str(), maxWr);
+  if (o.recvSlots > maxWr) o.recvSlots = maxWr;
+  if (o.sqDepth > maxWr) {
+    const uint32_t reads = std::min(o.sqDepth - o.sendSlots, maxWr / 2);
+    o.sendSlots = std::min(o.sendSlots, maxWr - reads);
+    o.sqDepth = o.sendSlots + reads;
+  }
+  if (o.recvSlots != base.recvSlots || o.sqDepth != base.sqDepth)
+    HC_INFO(Ib, "verbs: %s allows %u work requests per queue: %u receive buffers, %u bounce buffers and %u read "
+            "slots per peer",
+            dev.name.c_str(), maxWr, o.recvSlots, o.sendSlots, o.sqDepth - o.sendSlots);
+  return o;
+}
+
 // Closes the side band's connections on every way out of connectAll.
 struct SidebandCloser {
   std::vector<std::unique_ptr<Connection>>& conns;
@@ -395,26 +477,32 @@ Result<std::vector<std::unique_ptr<Connection>>> VerbsTransport::connectAll(
     s.blob = std::move(b);
   }
 
-  // Queue pairs in INIT with their receives posted, on completion queues sized for this batch.
-  const int perConn = static_cast<int>(t.opts.sqDepth + t.opts.recvSlots);
+  // Queue pairs in INIT with their receives posted, on completion queues sized for this batch, with the options
+  // each device allows.
+  std::vector<VerbsConnection::Options> devOpts;
+  for (auto& d : t.shared->devices) {
+    HC_ASSIGN_OR_RETURN(auto o, optionsOn(t.opts, *d));
+    devOpts.push_back(o);
+  }
+  auto perConn = [&](size_t d) { return static_cast<int>(devOpts[d].sqDepth + devOpts[d].recvSlots); };
   std::vector<int> left(t.shared->devices.size(), 0);
   auto devIndex = [&](const std::string& name) {
     for (size_t i = 0; i < t.shared->devices.size(); ++i)
       if (t.shared->devices[i]->name == name) return i;
     return size_t{0};
   };
-  for (auto& s : peers) left[devIndex(t.ports[s.myPort].device)] += perConn;
+  for (auto& s : peers) {
+    const size_t d = devIndex(t.ports[s.myPort].device);
+    left[d] += perConn(d);
+  }
   for (auto& s : peers) {
     const PortInfo& port = t.ports[s.myPort];
     const size_t d = devIndex(port.device);
     Device* dev = t.shared->devices[d].get();
-    HC_ASSIGN_OR_RETURN(ibv_cq * cq, dev->reserveCq(perConn, left[d]));
-    left[d] -= perConn;
-    VerbsConnection::Options opts = t.opts;
-    opts.rdAtomic =
-        static_cast<uint32_t>(std::max(1, std::min(dev->attr.max_qp_rd_atom, dev->attr.max_qp_init_rd_atom)));
-    HC_ASSIGN_OR_RETURN(
-        s.conn, VerbsConnection::create(t.shared, dev, cq, me, s.rank, port, static_cast<uint32_t>(s.myPort), opts));
+    HC_ASSIGN_OR_RETURN(ibv_cq * cq, dev->reserveCq(perConn(d), left[d]));
+    left[d] -= perConn(d);
+    HC_ASSIGN_OR_RETURN(s.conn, VerbsConnection::create(t.shared, dev, cq, me, s.rank, port,
+                                                        static_cast<uint32_t>(s.myPort), devOpts[d]));
   }
 
   HC_ASSIGN_OR_RETURN(auto side, t.sideband->connectAll(sideBlobs, deadline));

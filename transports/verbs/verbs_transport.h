@@ -9,7 +9,11 @@
 // bounce buffers with SEND, under a credit scheme so a sender never overruns the receive buffers its peer posted;
 // larger messages are rendezvous: the sender announces its registered buffer, the receiver RDMA READs it into the
 // posted receive buffer and answers with a FIN. Registrations come from a cache (mr_cache.h) that watches munmap.
-// Completions arrive on one CQ per device with a completion channel; waitFd() is that channel's fd.
+// Completions arrive on one CQ per device with a completion channel; waitFd() is an epoll set of every device's
+// completion channel and asynchronous-event fd. Asynchronous events fail the connections they concern: a fatal
+// device error all of the device's, an error of a port the connections on it, a queue-pair error its connection.
+// Before anything is registered, create() asks libibverbs to make registered memory fork-safe (ibv_fork_init) where
+// the kernel does not copy DMA pages on fork by itself.
 //
 // Parameters: HETCOMM_IB_HCA picks ports (NCCL_IB_HCA syntax: "mlx5_0:1,mlx5_1" prefixes, "^" excludes, "="
 // exact); HETCOMM_IB_GID_INDEX (RoCE; default: a RoCE v2 GID with an IPv4 address), HETCOMM_IB_SL, HETCOMM_IB_TC,
@@ -30,6 +34,11 @@
 
 namespace hetcomm::transport::verbs {
 
+// The kind of GID a port is addressed by (ibv_gid_entry::gid_type). Two RoCE ports can only talk when they use the
+// same kind: RoCE v1 frames are not IP packets, and a RoCE v2 GID with an IPv4 address (::ffff:a.b.c.d) sends
+// IPv4 packets, which an IPv6 GID on the other side does not answer.
+enum class GidType : uint8_t { kIb = 0, kRoceV1 = 1, kRoceV2 = 2 };
+
 // One active port this rank can use, as discovered and as carried in the listen() blob.
 struct PortInfo {
   std::string device;             // "mlx5_0"
@@ -39,14 +48,19 @@ struct PortInfo {
   uint16_t lid = 0;               // IB: the port's LID (0 on RoCE)
   std::array<uint8_t, 16> gid{};  // the GID at gidIndex; on IB its upper 64 bits are the subnet prefix
   int gidIndex = 0;
-  int mtu = 0;  // active MTU in bytes (256..4096)
+  GidType gidType = GidType::kIb;  // of the GID at gidIndex (kIb on InfiniBand)
+  int mtu = 0;                     // active MTU in bytes (256..4096)
+  uint32_t maxMsgSize = 0;         // ibv_port_attr::max_msg_sz: the longest message (and RDMA READ) in bytes; 0 unknown
 };
-// "mlx5_0:1 (IB 200 Gb/s, subnet fe80000000000000, lid 7)" / "mlx5_1:1 (RoCE 100 Gb/s, gid 3 ::ffff:10.0.0.2)".
+// True for a GID that holds an IPv4 address (::ffff:a.b.c.d).
+bool gidIsIpv4(const std::array<uint8_t, 16>& gid);
+// "mlx5_0:1 (IB 200 Gb/s, subnet fe80000000000000, lid 7)" / "mlx5_1:1 (RoCE v2 100 Gb/s, gid 3 ::ffff:10.0.0.2)".
 std::string describePort(const PortInfo& port);
 
 struct Availability {
   std::vector<PortInfo> ports;
-  std::string reason;  // why none, when ports is empty
+  std::string reason;      // why none, when ports is empty
+  Code code = Code::kOk;   // with no ports: kSystem, or kInvalidUsage when HETCOMM_IB_HCA matches no port at all
 };
 
 // NCCL_IB_HCA syntax: a comma-separated list of "device[:port]" items, device names matched as prefixes
@@ -60,9 +74,12 @@ Availability discover(const std::string& hcaSpec);
 
 class VerbsTransport final : public Transport {
  public:
-  // Reads HETCOMM_IB_HCA; fails (kSystem, or kInvalidUsage for a HETCOMM_IB_HCA that matches nothing) when no port
-  // is usable, with the reason.
+  // Reads HETCOMM_IB_HCA and discovers the ports; fails (kSystem, or kInvalidUsage for a HETCOMM_IB_HCA that matches
+  // nothing) when no port is usable, with the reason.
   static Result<std::unique_ptr<VerbsTransport>> create(const Config& config);
+  // The same on ports the caller already discovered (discover(HETCOMM_IB_HCA)), so the devices are not listed and
+  // queried twice. An Availability without ports fails with its reason and code.
+  static Result<std::unique_ptr<VerbsTransport>> create(const Config& config, const Availability& availability);
   ~VerbsTransport() override;
 
   const Properties& properties() const override { return props_; }
@@ -76,7 +93,7 @@ class VerbsTransport final : public Transport {
   Status progress() override;
   // Polls once more after arming every completion queue; false when that found completions (call progress()).
   bool armForSleep() override;
-  // The completion channel's fd (non-blocking), or an epoll fd of every device's channel when several are open.
+  // An epoll fd of every device's completion channel and asynchronous-event fd (all non-blocking).
   int waitFd() const override;
 
   const std::vector<PortInfo>& ports() const;

@@ -75,6 +75,18 @@ class Reader {
   std::string what_;
 };
 
+const char* gidKind(const PortInfo& p) {
+  switch (p.gidType) {
+    case GidType::kIb:
+      return "IB";
+    case GidType::kRoceV1:
+      return gidIsIpv4(p.gid) ? "RoCE v1 IPv4" : "RoCE v1";
+    case GidType::kRoceV2:
+      return gidIsIpv4(p.gid) ? "RoCE v2 IPv4" : "RoCE v2 IPv6";
+  }
+  return "unknown";
+}
+
 uint64_t subnetPrefix(const PortInfo& p) {
   uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v = (v << 8) | p.gid[i];
@@ -100,11 +112,16 @@ std::string portList(const std::vector<PortInfo>& ports) {
 
 // ---- ports ----
 
+bool gidIsIpv4(const std::array<uint8_t, 16>& gid) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid.data(), prefix, 12) == 0;
+}
+
 std::string describePort(const PortInfo& p) {
   std::string rate = p.rateMbps ? format("%g Gb/s", static_cast<double>(p.rateMbps) / 1000) : "rate unknown";
   if (p.roce)
-    return format("%s:%d (RoCE %s, gid %d %s)", p.device.c_str(), p.port, rate.c_str(), p.gidIndex,
-                  gidText(p.gid).c_str());
+    return format("%s:%d (RoCE %s %s, gid %d %s)", p.device.c_str(), p.port,
+                  p.gidType == GidType::kRoceV1 ? "v1" : "v2", rate.c_str(), p.gidIndex, gidText(p.gid).c_str());
   return format("%s:%d (IB %s, subnet %016llx, lid %u)", p.device.c_str(), p.port, rate.c_str(),
                 (unsigned long long)subnetPrefix(p), p.lid);
 }
@@ -139,13 +156,30 @@ Result<PortPair> choosePortPair(const std::vector<PortInfo>& lowPorts, int lowRa
     uint64_t rate;
   };
   std::vector<Candidate> cands;
+  bool gidMismatch = false;  // RoCE ports on both sides, addressed by GIDs of different kinds
   for (size_t i = 0; i < lowPorts.size(); ++i) {
     for (size_t j = 0; j < highPorts.size(); ++j) {
       const PortInfo &a = lowPorts[i], &b = highPorts[j];
       if (a.roce != b.roce) continue;
       if (!a.roce && subnetPrefix(a) != subnetPrefix(b)) continue;  // IB across subnets needs a router: not here
+      if (a.roce && (a.gidType != b.gidType || gidIsIpv4(a.gid) != gidIsIpv4(b.gid))) {
+        gidMismatch = true;  // v1 frames vs v2 packets, or IPv4 vs IPv6: they never reach each other
+        continue;
+      }
       cands.push_back({{i, j}, std::min(a.rateMbps, b.rateMbps)});
     }
+  }
+  if (cands.empty() && gidMismatch) {
+    std::string low, high;
+    for (const auto& p : lowPorts)
+      if (p.roce) low += (low.empty() ? "" : ", ") + format("%s:%d %s", p.device.c_str(), p.port, gidKind(p));
+    for (const auto& p : highPorts)
+      if (p.roce) high += (high.empty() ? "" : ", ") + format("%s:%d %s", p.device.c_str(), p.port, gidKind(p));
+    return invalidUsage(
+        "verbs: rank %d and rank %d have RoCE ports, but addressed by GIDs of different kinds (rank %d: %s; rank "
+        "%d: %s), which cannot reach each other: give every host a GID of the same kind (RoCE v2 with an IPv4 "
+        "address is the default choice; HETCOMM_IB_GID_INDEX picks one by index)",
+        lowRank, highRank, lowRank, low.c_str(), highRank, high.c_str());
   }
   if (cands.empty())
     return invalidUsage(
@@ -179,8 +213,10 @@ std::vector<std::byte> encodeBlob(const Blob& blob) {
     w.u8(static_cast<uint8_t>(p.port));
     w.u8(p.roce ? 1 : 0);
     w.u8(static_cast<uint8_t>(p.gidIndex));
+    w.u8(static_cast<uint8_t>(p.gidType));
     w.u16(p.lid);
     w.u32(static_cast<uint32_t>(p.mtu));
+    w.u32(p.maxMsgSize);
     w.u64(p.rateMbps);
     w.bytes(p.gid.data(), p.gid.size());
   }
@@ -219,14 +255,21 @@ Result<Blob> decodeBlob(std::span<const std::byte> raw, int peer) {
     p.port = r.u8("port number");
     uint8_t roce = r.u8("link layer");
     p.gidIndex = r.u8("gid index");
+    uint8_t gidType = r.u8("gid type");
     p.lid = r.u16("lid");
     uint32_t mtu = r.u32("mtu");
+    p.maxMsgSize = r.u32("max message size");
     p.rateMbps = r.u64("rate");
     r.bytes(p.gid.data(), p.gid.size(), "gid");
     if (!r.ok()) break;
     p.roce = roce != 0;
     p.mtu = static_cast<int>(mtu);
+    p.gidType = static_cast<GidType>(gidType);
     if (roce > 1) r.fail(format("port %u: link layer %u", i, roce));
+    if (gidType > static_cast<uint8_t>(GidType::kRoceV2) || (gidType == static_cast<uint8_t>(GidType::kIb)) == p.roce)
+      r.fail(format("port %u: gid type %u on %s", i, gidType, p.roce ? "RoCE" : "InfiniBand"));
+    if (p.maxMsgSize != 0 && p.maxMsgSize < kMinMaxMsgSize)
+      r.fail(format("port %u: max message size %u", i, p.maxMsgSize));
     if (p.port == 0) r.fail(format("port %u: port number 0", i));
     if (!validMtu(mtu)) r.fail(format("port %u: mtu %u", i, mtu));
     for (char c : p.device)
@@ -259,6 +302,7 @@ std::vector<std::byte> encodeQpInfo(const QpInfo& q) {
   w.u32(q.slotPayload);
   w.u32(q.eagerMax);
   w.u32(q.rdAtomic);
+  w.u32(q.maxMsgSize);
   return out;
 }
 
@@ -284,6 +328,7 @@ Result<QpInfo> decodeQpInfo(std::span<const std::byte> raw, int peer) {
   q.slotPayload = r.u32("slot payload");
   q.eagerMax = r.u32("eager limit");
   q.rdAtomic = r.u32("rdma read depth");
+  q.maxMsgSize = r.u32("max message size");
   if (!r.ok()) return bad(r.what());
   if (magic != kQpInfoMagic) return bad(format("bad magic %#x", magic));
   if (version != kQpInfoVersion) return bad(format("version %u, expected %u", version, kQpInfoVersion));
@@ -299,6 +344,7 @@ Result<QpInfo> decodeQpInfo(std::span<const std::byte> raw, int peer) {
     return bad(format("slot payload %u, eager limit %u (expected %u to %u)", q.slotPayload, q.eagerMax, kMinSlotPayload,
                       kMaxSlotPayload));
   if (q.rdAtomic == 0 || q.rdAtomic > 255) return bad(format("rdma read depth %u", q.rdAtomic));
+  if (q.maxMsgSize != 0 && q.maxMsgSize < kMinMaxMsgSize) return bad(format("max message size %u", q.maxMsgSize));
   return q;
 }
 

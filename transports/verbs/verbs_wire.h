@@ -22,7 +22,7 @@ namespace hetcomm::transport::verbs {
 // ---- listen() blob: the side band's address and this rank's ports ----
 
 constexpr uint32_t kBlobMagic = 0x42564348;  // "HCVB"
-constexpr uint16_t kBlobVersion = 1;
+constexpr uint16_t kBlobVersion = 2;  // 2: ports carry their GID type and max_msg_sz
 constexpr size_t kMaxPorts = 64;
 constexpr size_t kMaxDeviceName = 64;  // IBV_SYSFS_NAME_MAX
 constexpr size_t kMaxSidebandBlob = 64 << 10;
@@ -37,7 +37,7 @@ Result<Blob> decodeBlob(std::span<const std::byte> raw, int peer);
 // ---- queue-pair information, one message each way over the side band ----
 
 constexpr uint32_t kQpInfoMagic = 0x51564348;  // "HCVQ"
-constexpr uint32_t kQpInfoVersion = 1;
+constexpr uint32_t kQpInfoVersion = 2;  // 2: maxMsgSize
 constexpr uint32_t kMinRecvSlots = 4;  // the credit scheme needs 1 < threshold <= slots - 1
 constexpr uint32_t kMaxRecvSlots = 4096;
 constexpr uint32_t kMinSlotPayload = 64;  // HETCOMM_VERBS_EAGER_BYTES's range
@@ -58,8 +58,11 @@ struct QpInfo {
   uint32_t eagerMax = 0;      // the sender's eager limit (HETCOMM_VERBS_EAGER_BYTES)
   uint32_t rdAtomic = 0;      // RDMA READs the sender serves at once (responder resources): caps the receiver's
                               // reads in flight, which mixed NICs may not share
+  uint32_t maxMsgSize = 0;    // the sender's port's max_msg_sz (0: unknown): caps the receiver's RDMA READ chunks
 };
-constexpr size_t kQpInfoBytes = 4 + 4 + 4 + 8 + 4 + 4 + 2 + 16 + 4 + 4 + 4 + 4 + 4 + 4 + 4;
+constexpr size_t kQpInfoBytes = 4 + 4 + 4 + 8 + 4 + 4 + 2 + 16 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4;
+// The smallest max_msg_sz a decoder accepts (besides 0): a page. Devices offer megabytes (rxe 8 MiB, mlx5 1 GiB).
+constexpr uint32_t kMinMaxMsgSize = 4096;
 std::vector<std::byte> encodeQpInfo(const QpInfo& info);
 Result<QpInfo> decodeQpInfo(std::span<const std::byte> raw, int peer);
 
@@ -69,9 +72,12 @@ constexpr uint32_t kReadyMagic = 0x52564348;  // "HCVR"
 // ---- the port pair of two ranks ----
 
 // Indices into each rank's port list. Candidates share the link layer and, on InfiniBand, the subnet prefix (the
-// GID's upper 64 bits); the fastest win (the slower port of a pair sets its speed). Ties are broken by
-// (lowRank + highRank) so that peers spread over equal rails, and both ranks compute the same answer because they
-// call it with the lower rank's ports first. No candidate: an invalid-usage error naming every port of both ranks.
+// GID's upper 64 bits), on RoCE the GID type (v1 or v2) and address family (IPv4 or IPv6: each side picks its GID
+// alone, so two hosts configured differently may not match); the fastest win (the slower port of a pair sets its
+// speed). Ties are broken by (lowRank + highRank) so that peers spread over equal rails, and both ranks compute the
+// same answer because they call it with the lower rank's ports first. No candidate: an invalid-usage error naming
+// every port of both ranks (and, when RoCE ports were there but their GIDs differ in kind, saying so and how to
+// align them).
 struct PortPair {
   size_t low = 0;   // index into lowPorts
   size_t high = 0;  // index into highPorts

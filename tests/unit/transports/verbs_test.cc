@@ -4,11 +4,14 @@
 //     malformed input of every kind (truncated at each byte, wrong magic, absurd counts) failing cleanly;
 //   - the registration cache (MrCache*) with a fake registrar: hits, misses, merging of overlapping ranges, LRU
 //     eviction, in-use entries never evicted, invalidation when memory is unmapped (reported, and through a real
-//     mmap/munmap caught by libucm's hook, also from another thread);
+//     mmap/munmap caught by libucm's hook, also from another thread), access modes (receives local write only,
+//     sends from read-only memory without it), and dropping unused registrations when pinning is refused;
 //   - the data path (VerbsLoopback*): two real VerbsConnections joined by a software queue pair that behaves like
-//     RC (receives consumed in order, RDMA READs checked against the peer's registrations, completions, the error
-//     state), under seeded random and adversarial schedules: eager and rendezvous sizes, credits (a SEND finding
-//     no posted receive fails the test), size mismatches, aborts, close;
+//     RC (receives consumed in order, send queues completing in order, RDMA READs checked against both sides'
+//     registrations and access and against both ports' max_msg_sz, the read depth, the error state with reads
+//     that still land after it), under seeded random and adversarial schedules: eager and rendezvous sizes,
+//     credits (a SEND finding no posted receive fails the test), size mismatches, aborts and their linger, close
+//     and its fence, asynchronous events;
 //   - on a machine without a device, discover() says so and create() fails cleanly.
 // The device tests (VerbsData*) connect two transports of one process through a real port's loopback, like the tcp
 // tests: they run only where discover() finds an active port, and skip with its reason elsewhere.
@@ -18,7 +21,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -54,6 +59,7 @@ PortInfo ibPort(const std::string& dev, int port, uint64_t prefix, uint64_t rate
   for (int i = 8; i < 16; ++i) p.gid[i] = static_cast<uint8_t>(lid + i);
   p.gidIndex = 0;
   p.mtu = 4096;
+  p.maxMsgSize = 1u << 31;
   return p;
 }
 
@@ -65,7 +71,9 @@ PortInfo rocePort(const std::string& dev, int port, uint64_t rateMbps, uint8_t i
   p.rateMbps = rateMbps;
   p.gid = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, ipLast};
   p.gidIndex = 3;
+  p.gidType = GidType::kRoceV2;
   p.mtu = 1024;
+  p.maxMsgSize = 1u << 30;
   return p;
 }
 
@@ -160,7 +168,7 @@ TEST(VerbsPortPair, NothingSharedNamesBothRanksPorts) {
   EXPECT_TRUE(contains(m, "rank 3 and rank 8 share no usable RDMA port pair")) << m;
   EXPECT_TRUE(contains(m, "rank 3 has mlx5_0:1 (IB 200 Gb/s, subnet fe80000000000001, lid 1)")) << m;
   EXPECT_TRUE(contains(m, "rank 8 has mlx5_3:2 (IB")) << m;
-  EXPECT_TRUE(contains(m, "mlx5_5:1 (RoCE 100 Gb/s, gid 3 ::ffff:10.0.0.9)")) << m;
+  EXPECT_TRUE(contains(m, "mlx5_5:1 (RoCE v2 100 Gb/s, gid 3 ::ffff:10.0.0.9)")) << m;
 }
 
 TEST(VerbsPortPair, LinkLayersMustMatch) {
@@ -173,6 +181,44 @@ TEST(VerbsPortPair, LinkLayersMustMatch) {
   // RoCE is routed by IP: no subnet test.
   std::vector<PortInfo> c = {rocePort("mlx5_0", 1, 100000, 3)};
   EXPECT_TRUE(choosePortPair(c, 0, b, 1));
+}
+
+PortInfo roceV1(const std::string& dev, uint8_t ipLast) {
+  PortInfo p = rocePort(dev, 1, 100000, ipLast);
+  p.gidType = GidType::kRoceV1;
+  return p;
+}
+
+PortInfo roceV2Ipv6(const std::string& dev, uint8_t last) {
+  PortInfo p = rocePort(dev, 1, 100000, last);
+  p.gid = {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, last};
+  return p;
+}
+
+TEST(VerbsPortPair, RoceGidTypesMustMatch) {
+  // Each rank picks its GID alone: a v2 IPv4 GID cannot reach a v1 GID, nor an IPv6 one.
+  std::vector<PortInfo> a = {rocePort("mlx5_0", 1, 100000, 1)};
+  for (const auto& other : {roceV1("mlx5_1", 2), roceV2Ipv6("mlx5_1", 2)}) {
+    auto r = choosePortPair(a, 0, {other}, 1);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code(), Code::kInvalidUsage);
+    const std::string m(r.error().message());
+    EXPECT_TRUE(contains(m, "rank 0 and rank 1 have RoCE ports, but addressed by GIDs of different kinds")) << m;
+    EXPECT_TRUE(contains(m, "rank 0: mlx5_0:1 RoCE v2 IPv4")) << m;
+    EXPECT_TRUE(contains(m, other.gidType == GidType::kRoceV1 ? "rank 1: mlx5_1:1 RoCE v1" : "mlx5_1:1 RoCE v2 IPv6"))
+        << m;
+    EXPECT_TRUE(contains(m, "HETCOMM_IB_GID_INDEX")) << m;
+  }
+  // A pair of the same kind is chosen even when a faster one of another kind exists.
+  std::vector<PortInfo> b = {roceV1("fast", 3), rocePort("slow", 1, 25000, 4)};
+  b[0].rateMbps = 400000;
+  auto r = choosePortPair(a, 0, b, 1);
+  ASSERT_TRUE(r) << r.error().toString();
+  EXPECT_EQ(r->high, 1u);
+  // Two v1 ports talk; so do two v2 IPv6 ports.
+  EXPECT_TRUE(choosePortPair({roceV1("x", 1)}, 0, {roceV1("y", 2)}, 1));
+  EXPECT_TRUE(choosePortPair({roceV2Ipv6("x", 1)}, 0, {roceV2Ipv6("y", 2)}, 1));
+  EXPECT_EQ(describePort(roceV1("m", 9)), "m:1 (RoCE v1 100 Gb/s, gid 3 ::ffff:10.0.0.9)");
 }
 
 TEST(VerbsPortPair, EqualRailsPreferEqualIndexAndSpreadOverPeers) {
@@ -232,7 +278,9 @@ TEST(VerbsBlob, RoundTrip) {
     EXPECT_EQ(y.lid, x.lid);
     EXPECT_EQ(y.gid, x.gid);
     EXPECT_EQ(y.gidIndex, x.gidIndex);
+    EXPECT_EQ(y.gidType, x.gidType);
     EXPECT_EQ(y.mtu, x.mtu);
+    EXPECT_EQ(y.maxMsgSize, x.maxMsgSize);
   }
 }
 
@@ -314,6 +362,24 @@ TEST(VerbsBlob, BadPortFields) {
   d = decodeBlob(encodeBlob(b), 4);
   ASSERT_FALSE(d);
   EXPECT_TRUE(contains(d.error().message(), "not printable")) << d.error().message();
+  b = sampleBlob();
+  b.ports[0].gidType = GidType::kRoceV2;  // on an InfiniBand port
+  d = decodeBlob(encodeBlob(b), 4);
+  ASSERT_FALSE(d);
+  EXPECT_TRUE(contains(d.error().message(), "port 0: gid type 2 on InfiniBand")) << d.error().message();
+  b = sampleBlob();
+  b.ports[1].gidType = GidType::kIb;  // on a RoCE port
+  d = decodeBlob(encodeBlob(b), 4);
+  ASSERT_FALSE(d);
+  EXPECT_TRUE(contains(d.error().message(), "port 1: gid type 0 on RoCE")) << d.error().message();
+  b = sampleBlob();
+  b.ports[1].maxMsgSize = 100;
+  d = decodeBlob(encodeBlob(b), 4);
+  ASSERT_FALSE(d);
+  EXPECT_TRUE(contains(d.error().message(), "port 1: max message size 100")) << d.error().message();
+  b = sampleBlob();
+  b.ports[1].maxMsgSize = 0;  // unknown: allowed
+  EXPECT_TRUE(decodeBlob(encodeBlob(b), 4));
 }
 
 TEST(VerbsBlob, RandomBytesNeverCrash) {
@@ -353,6 +419,7 @@ QpInfo sampleQpInfo() {
   q.slotPayload = 8192;
   q.eagerMax = 4096;
   q.rdAtomic = 16;
+  q.maxMsgSize = 8u << 20;
   return q;
 }
 
@@ -375,6 +442,7 @@ TEST(VerbsQpInfo, RoundTrip) {
   EXPECT_EQ(d->slotPayload, q.slotPayload);
   EXPECT_EQ(d->eagerMax, q.eagerMax);
   EXPECT_EQ(d->rdAtomic, q.rdAtomic);
+  EXPECT_EQ(d->maxMsgSize, q.maxMsgSize);
 }
 
 TEST(VerbsQpInfo, MalformedIsRejected) {
@@ -399,6 +467,7 @@ TEST(VerbsQpInfo, MalformedIsRejected) {
       {[](QpInfo& q) { q.eagerMax = 1; }, "eager limit 1"},
       {[](QpInfo& q) { q.senderPort = 1000; }, "port indices"},
       {[](QpInfo& q) { q.rdAtomic = 0; }, "rdma read depth 0"},
+      {[](QpInfo& q) { q.maxMsgSize = 100; }, "max message size 100"},
   };
   for (const auto& c : cases) {
     QpInfo q = sampleQpInfo();
@@ -490,27 +559,44 @@ TEST(VerbsMessage, MalformedMessagesFailNamingThePeer) {
 
 // ---- registration cache ----
 
-// Records registrations; handles are sequence numbers.
+// Records registrations; handles are sequence numbers. Models what ibv_reg_mr refuses: read-only memory asked for
+// local write (EFAULT), and pinning beyond a limit (ENOMEM, as with RLIMIT_MEMLOCK).
 struct FakeRegistrar {
   struct Reg {
     uintptr_t start;
     size_t len;
+    uint8_t access = 0;
   };
   std::map<uintptr_t, Reg> live;  // by handle
   std::vector<Reg> registered, deregistered;
+  std::vector<Reg> attempts;  // every call, refused or not
   uintptr_t next = 1;
-  std::function<bool(uintptr_t, size_t)> refuse;  // true: fail this registration
-  std::function<void()> duringRegister;           // runs inside register (with the cache's lock held)
+  std::function<int(uintptr_t, size_t)> refuse;  // an errno value: fail this registration with it
+  std::function<void()> duringRegister;          // runs inside register (with the cache's lock held)
+  std::vector<std::pair<uintptr_t, uintptr_t>> readOnly;  // [start, end): local write there is EFAULT
+  size_t pinLimit = SIZE_MAX;                             // live bytes at most: beyond, ENOMEM
 
+  size_t pinned() const {
+    size_t n = 0;
+    for (const auto& [h, r] : live) n += r.len;
+    return n;
+  }
   MrCache::RegisterFn reg() {
-    return [this](void* addr, size_t len) -> Result<Registration> {
+    return [this](void* addr, size_t len, uint8_t access, Registration* out) -> int {
       if (duringRegister) duringRegister();
       const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
-      if (refuse && refuse(a, len)) return systemError("fake: refused %zu bytes at %p", len, addr);
+      attempts.push_back({a, len, access});
+      if (refuse)
+        if (int err = refuse(a, len); err != 0) return err;
+      if (access & MrCache::kLocalWrite)
+        for (const auto& [ro, roEnd] : readOnly)
+          if (a < roEnd && a + len > ro) return EFAULT;
+      if (pinned() + len > pinLimit) return ENOMEM;
       const uintptr_t h = next++;
-      live[h] = {a, len};
-      registered.push_back({a, len});
-      return Registration{reinterpret_cast<void*>(h), static_cast<uint32_t>(h), static_cast<uint32_t>(h + 1000)};
+      live[h] = {a, len, access};
+      registered.push_back({a, len, access});
+      *out = Registration{reinterpret_cast<void*>(h), static_cast<uint32_t>(h), static_cast<uint32_t>(h + 1000)};
+      return 0;
     };
   }
   MrCache::DeregisterFn dereg() {
@@ -531,10 +617,16 @@ const void* at(uintptr_t pages, uintptr_t offset = 0) {
 
 MrCache::Limits limits(size_t entries, size_t bytes = size_t{1} << 40) { return MrCache::Limits{bytes, entries}; }
 
+// Most cache tests are about ranges, not access: they acquire for sends (local write and remote read on writable
+// memory, which serves either use).
+Result<MrCache::Handle> acquire(MrCache& c, const void* addr, size_t len, MrCache::Use use = MrCache::Use::kSend) {
+  return c.acquire(addr, len, use);
+}
+
 TEST(MrCache, MissRegistersPageAlignedThenHits) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), /*watchUnmaps=*/false);
-  auto h1 = c.acquire(at(2, 100), 50);
+  auto h1 = acquire(c, at(2, 100), 50);
   ASSERT_TRUE(h1) << h1.error().toString();
   ASSERT_EQ(f.registered.size(), 1u);
   EXPECT_EQ(f.registered[0].start, reinterpret_cast<uintptr_t>(at(2)));
@@ -542,13 +634,13 @@ TEST(MrCache, MissRegistersPageAlignedThenHits) {
   EXPECT_EQ(h1->base(), reinterpret_cast<uintptr_t>(at(2)));
   EXPECT_EQ(h1->length(), kPage);
   // Anything inside the page hits, in use or not.
-  auto h2 = c.acquire(at(2, 0), kPage);
+  auto h2 = acquire(c, at(2, 0), kPage);
   ASSERT_TRUE(h2);
   EXPECT_EQ(h2->lkey(), h1->lkey());
   EXPECT_EQ(h2->rkey(), h1->lkey() + 1000);
   h1->reset();
   h2->reset();
-  auto h3 = c.acquire(at(2, 4000 % kPage), 1);
+  auto h3 = acquire(c, at(2, 4000 % kPage), 1);
   ASSERT_TRUE(h3);
   EXPECT_EQ(f.registered.size(), 1u);
   MrCache::Stats s = c.stats();
@@ -557,7 +649,7 @@ TEST(MrCache, MissRegistersPageAlignedThenHits) {
   EXPECT_EQ(s.entries, 1u);
   EXPECT_EQ(s.inUse, 1u);
   // Crossing into the next page is a miss.
-  auto h4 = c.acquire(at(2, kPage - 1), 2);
+  auto h4 = acquire(c, at(2, kPage - 1), 2);
   ASSERT_TRUE(h4);
   EXPECT_EQ(f.registered.size(), 2u);
 }
@@ -566,12 +658,12 @@ TEST(MrCache, OverlappingRangesMergeIntoOne) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
   {
-    auto a = c.acquire(at(10), 2 * kPage);  // pages 10-11
+    auto a = acquire(c, at(10), 2 * kPage);  // pages 10-11
     ASSERT_TRUE(a);
   }
-  auto held = c.acquire(at(13), kPage);  // page 13, in use
+  auto held = acquire(c, at(13), kPage);  // page 13, in use
   ASSERT_TRUE(held);
-  auto b = c.acquire(at(11), 3 * kPage);  // pages 11-13: overlaps both
+  auto b = acquire(c, at(11), 3 * kPage);  // pages 11-13: overlaps both
   ASSERT_TRUE(b);
   ASSERT_EQ(f.registered.size(), 3u);
   EXPECT_EQ(f.registered[2].start, reinterpret_cast<uintptr_t>(at(10)));  // the union, pages 10-13
@@ -585,7 +677,7 @@ TEST(MrCache, OverlappingRangesMergeIntoOne) {
   ASSERT_EQ(f.deregistered.size(), 2u);
   EXPECT_EQ(f.deregistered[1].start, reinterpret_cast<uintptr_t>(at(13)));
   // Everything in pages 10-13 now hits the union.
-  auto d = c.acquire(at(13), kPage);
+  auto d = acquire(c, at(13), kPage);
   ASSERT_TRUE(d);
   EXPECT_NE(d->lkey(), oldKey);
   EXPECT_EQ(d->lkey(), b->lkey());
@@ -596,9 +688,9 @@ TEST(MrCache, OverlappingRangesMergeIntoOne) {
 TEST(MrCache, UnionThatCannotBeRegisteredFallsBackToTheRequest) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  { ASSERT_TRUE(c.acquire(at(20), 2 * kPage)); }                     // pages 20-21
-  f.refuse = [](uintptr_t, size_t len) { return len > 2 * kPage; };  // the union, pages 20-22, is refused
-  auto b = c.acquire(at(21), 2 * kPage);                             // pages 21-22
+  { ASSERT_TRUE(acquire(c, at(20), 2 * kPage)); }                     // pages 20-21
+  f.refuse = [](uintptr_t, size_t len) { return len > 2 * kPage ? EFAULT : 0; };  // the union, pages 20-22
+  auto b = acquire(c, at(21), 2 * kPage);                             // pages 21-22
   ASSERT_TRUE(b) << b.error().toString();
   EXPECT_EQ(f.registered.back().start, reinterpret_cast<uintptr_t>(at(21)));
   EXPECT_EQ(f.registered.back().len, 2 * kPage);
@@ -609,23 +701,129 @@ TEST(MrCache, UnionThatCannotBeRegisteredFallsBackToTheRequest) {
 
 TEST(MrCache, RegistrationErrorsPropagate) {
   FakeRegistrar f;
-  f.refuse = [](uintptr_t, size_t) { return true; };
+  f.refuse = [](uintptr_t, size_t) { return EINVAL; };
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  auto h = c.acquire(at(1), 10);
+  auto h = acquire(c, at(1), 10);
   ASSERT_FALSE(h);
-  EXPECT_TRUE(contains(h.error().message(), "fake: refused")) << h.error().message();
+  EXPECT_EQ(h.error().code(), Code::kSystem);
+  const std::string want =
+      format("verbs: ibv_reg_mr of %s at %p: %s", humanBytes(kPage).c_str(), at(1), std::strerror(EINVAL));
+  EXPECT_TRUE(contains(h.error().message(), want)) << h.error().message();
   EXPECT_EQ(c.stats().entries, 0u);
-  auto z = c.acquire(at(1), 0);
+  auto z = acquire(c, at(1), 0);
   ASSERT_FALSE(z);
   EXPECT_EQ(z.error().code(), Code::kInvalidArgument);
+}
+
+TEST(MrCache, ReceivesAskForLocalWriteOnlySendsForRemoteReadToo) {
+  FakeRegistrar f;
+  MrCache c(f.reg(), f.dereg(), limits(16), false);
+  auto r = acquire(c, at(300), kPage, MrCache::Use::kRecv);
+  ASSERT_TRUE(r) << r.error().toString();
+  ASSERT_EQ(f.registered.size(), 1u);
+  EXPECT_EQ(f.registered[0].access, MrCache::kLocalWrite) << "a receive buffer is only written by our reads";
+  EXPECT_EQ(r->access(), MrCache::kLocalWrite);
+  auto s2 = acquire(c, at(310), kPage, MrCache::Use::kSend);
+  ASSERT_TRUE(s2);
+  EXPECT_EQ(f.registered[1].access, MrCache::kLocalWrite | MrCache::kRemoteRead) << "write first, see mr_cache.h";
+  // A send registration (it has local write) serves a receive: a hit.
+  auto r2 = acquire(c, at(310), 10, MrCache::Use::kRecv);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->lkey(), s2->lkey());
+  EXPECT_EQ(f.registered.size(), 2u);
+}
+
+TEST(MrCache, ASendOverAReceiveRegistrationMergesTheAccess) {
+  // In place: the same buffer is received into, then sent from. The receive's registration cannot serve the send
+  // (no remote read); the new one asks for both, replaces it, and from then on both uses hit.
+  FakeRegistrar f;
+  MrCache c(f.reg(), f.dereg(), limits(16), false);
+  { ASSERT_TRUE(acquire(c, at(320), 2 * kPage, MrCache::Use::kRecv)); }
+  auto s1 = acquire(c, at(321), kPage, MrCache::Use::kSend);
+  ASSERT_TRUE(s1);
+  ASSERT_EQ(f.registered.size(), 2u);
+  EXPECT_EQ(f.registered[1].start, reinterpret_cast<uintptr_t>(at(320))) << "the union of both ranges";
+  EXPECT_EQ(f.registered[1].len, 2 * kPage);
+  EXPECT_EQ(f.registered[1].access, MrCache::kLocalWrite | MrCache::kRemoteRead);
+  EXPECT_EQ(f.deregistered.size(), 1u);
+  s1->reset();
+  { ASSERT_TRUE(acquire(c, at(320), 2 * kPage, MrCache::Use::kRecv)); }
+  { ASSERT_TRUE(acquire(c, at(320), 2 * kPage, MrCache::Use::kSend)); }
+  EXPECT_EQ(f.registered.size(), 2u);
+  EXPECT_EQ(c.stats().entries, 1u);
+}
+
+TEST(MrCache, ReadOnlyMemoryIsRegisteredForSendsWithoutLocalWrite) {
+  FakeRegistrar f;
+  f.readOnly.push_back({reinterpret_cast<uintptr_t>(at(400)), reinterpret_cast<uintptr_t>(at(402))});
+  MrCache c(f.reg(), f.dereg(), limits(16), false);
+  auto s1 = acquire(c, at(400, 10), kPage, MrCache::Use::kSend);
+  ASSERT_TRUE(s1) << s1.error().toString();
+  // Write first (refused: EFAULT), then read only.
+  ASSERT_EQ(f.attempts.size(), 2u);
+  EXPECT_EQ(f.attempts[0].access, MrCache::kLocalWrite | MrCache::kRemoteRead);
+  EXPECT_EQ(f.attempts[1].access, MrCache::kRemoteRead);
+  EXPECT_EQ(s1->access(), MrCache::kRemoteRead);
+  // Sends hit it...
+  auto s2 = acquire(c, at(400), kPage, MrCache::Use::kSend);
+  ASSERT_TRUE(s2);
+  EXPECT_EQ(s2->lkey(), s1->lkey());
+  // ... a receive never does, and cannot be registered there at all.
+  auto r = acquire(c, at(400), 100, MrCache::Use::kRecv);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), Code::kSystem);
+  EXPECT_TRUE(contains(r.error().message(), std::strerror(EFAULT))) << r.error().message();
+  EXPECT_TRUE(contains(r.error().message(), "read-only")) << r.error().message();
+  for (size_t i = 2; i < f.attempts.size(); ++i)
+    EXPECT_TRUE(f.attempts[i].access & MrCache::kLocalWrite) << "a receive registration without local write";
+  // The read-only entry still serves sends.
+  auto s3 = acquire(c, at(401), 1, MrCache::Use::kSend);
+  ASSERT_TRUE(s3);
+  EXPECT_EQ(s3->lkey(), s1->lkey());
+}
+
+TEST(MrCache, RefusedPinningDropsUnusedRegistrationsAndRetries) {
+  FakeRegistrar f;
+  f.pinLimit = 3 * kPage;  // RLIMIT_MEMLOCK
+  MrCache c(f.reg(), f.dereg(), limits(16), false);
+  auto held = acquire(c, at(500), kPage);
+  ASSERT_TRUE(held);
+  for (uintptr_t p : {502, 504}) ASSERT_TRUE(acquire(c, at(p), kPage));  // released: cached, unused
+  EXPECT_EQ(f.pinned(), 3 * kPage);
+  auto big = acquire(c, at(510), 2 * kPage);  // needs 2 more pages: only after the unused two go
+  ASSERT_TRUE(big) << big.error().toString();
+  EXPECT_EQ(c.stats().reclaims, 2u);
+  EXPECT_EQ(f.deregistered.size(), 2u);
+  EXPECT_EQ(c.stats().entries, 2u);
+  EXPECT_EQ(f.live.count(held->lkey()), 1u) << "the registration in use stays";
+  // Nothing unused left to drop: the refusal comes back, with the errno.
+  auto more = acquire(c, at(520), kPage);
+  ASSERT_FALSE(more);
+  EXPECT_TRUE(contains(more.error().message(), std::strerror(ENOMEM))) << more.error().message();
+  EXPECT_EQ(c.stats().reclaims, 2u);
+}
+
+TEST(MrCache, RefusedPinningRetriesOnlyOnce) {
+  FakeRegistrar f;
+  int calls = 0;
+  MrCache c(f.reg(), f.dereg(), limits(16), false);
+  { ASSERT_TRUE(acquire(c, at(600), kPage)); }
+  f.refuse = [&](uintptr_t, size_t) {
+    ++calls;
+    return ENOMEM;
+  };
+  auto h = acquire(c, at(610), kPage);
+  ASSERT_FALSE(h);
+  EXPECT_EQ(calls, 2) << "one attempt, then one after dropping the unused registration";
+  EXPECT_EQ(c.stats().entries, 0u);
 }
 
 TEST(MrCache, LeastRecentlyUsedGoesFirst) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(2), false);
-  for (uintptr_t p : {30, 32}) ASSERT_TRUE(c.acquire(at(p), kPage));
-  { ASSERT_TRUE(c.acquire(at(30), 1)); }  // touch 30: 32 is now the least recently used
-  { ASSERT_TRUE(c.acquire(at(34), kPage)); }
+  for (uintptr_t p : {30, 32}) ASSERT_TRUE(acquire(c, at(p), kPage));
+  { ASSERT_TRUE(acquire(c, at(30), 1)); }  // touch 30: 32 is now the least recently used
+  { ASSERT_TRUE(acquire(c, at(34), kPage)); }
   ASSERT_EQ(f.deregistered.size(), 1u);
   EXPECT_EQ(f.deregistered[0].start, reinterpret_cast<uintptr_t>(at(32)));
   EXPECT_EQ(c.stats().evictions, 1u);
@@ -635,8 +833,8 @@ TEST(MrCache, LeastRecentlyUsedGoesFirst) {
 TEST(MrCache, ByteLimitEvicts) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(100, 3 * kPage), false);
-  { ASSERT_TRUE(c.acquire(at(40), 2 * kPage)); }
-  { ASSERT_TRUE(c.acquire(at(50), 2 * kPage)); }  // 4 pages > 3: the first goes
+  { ASSERT_TRUE(acquire(c, at(40), 2 * kPage)); }
+  { ASSERT_TRUE(acquire(c, at(50), 2 * kPage)); }  // 4 pages > 3: the first goes
   ASSERT_EQ(f.deregistered.size(), 1u);
   EXPECT_EQ(f.deregistered[0].start, reinterpret_cast<uintptr_t>(at(40)));
   EXPECT_EQ(c.stats().bytes, 2 * kPage);
@@ -645,9 +843,9 @@ TEST(MrCache, ByteLimitEvicts) {
 TEST(MrCache, InUseIsNeverEvicted) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(1), false);
-  auto a = c.acquire(at(60), kPage);
-  auto b = c.acquire(at(61, 1), 1);
-  auto d = c.acquire(at(70), kPage);
+  auto a = acquire(c, at(60), kPage);
+  auto b = acquire(c, at(61, 1), 1);
+  auto d = acquire(c, at(70), kPage);
   ASSERT_TRUE(a && b && d);
   EXPECT_TRUE(f.deregistered.empty()) << "evicted a registration in use";
   EXPECT_EQ(c.stats().entries, 3u);  // over the limit while in use
@@ -667,7 +865,7 @@ TEST(MrCache, ZeroEntriesCachesNothing) {
   EXPECT_FALSE(c.watching());
   EXPECT_FALSE(c.hooked());
   for (int i = 0; i < 3; ++i) {
-    auto h = c.acquire(at(80), 100);
+    auto h = acquire(c, at(80), 100);
     ASSERT_TRUE(h);
   }
   EXPECT_EQ(f.registered.size(), 3u);
@@ -677,12 +875,12 @@ TEST(MrCache, ZeroEntriesCachesNothing) {
 TEST(MrCache, DropNowDeregistersOnLastRelease) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  auto a = c.acquire(at(90), kPage);
-  auto b = c.acquire(at(90), kPage);
+  auto a = acquire(c, at(90), kPage);
+  auto b = acquire(c, at(90), kPage);
   ASSERT_TRUE(a && b);
   a->reset(/*dropNow=*/true);
   EXPECT_TRUE(f.deregistered.empty()) << "b still uses it";
-  auto again = c.acquire(at(90), kPage);  // no longer in the index: a new registration
+  auto again = acquire(c, at(90), kPage);  // no longer in the index: a new registration
   ASSERT_TRUE(again);
   EXPECT_EQ(f.registered.size(), 2u);
   b->reset();
@@ -692,9 +890,9 @@ TEST(MrCache, DropNowDeregistersOnLastRelease) {
 TEST(MrCache, ReportedUnmapInvalidatesOverlappingEntries) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  { ASSERT_TRUE(c.acquire(at(100), 2 * kPage)); }
-  { ASSERT_TRUE(c.acquire(at(110), kPage)); }
-  auto held = c.acquire(at(120), kPage);
+  { ASSERT_TRUE(acquire(c, at(100), 2 * kPage)); }
+  { ASSERT_TRUE(acquire(c, at(110), kPage)); }
+  auto held = acquire(c, at(120), kPage);
   ASSERT_TRUE(held);
   c.onUnmapped(at(101, 5), 10);  // inside the first entry
   c.onUnmapped(at(120), kPage);  // the one in use
@@ -704,13 +902,13 @@ TEST(MrCache, ReportedUnmapInvalidatesOverlappingEntries) {
   ASSERT_EQ(f.deregistered.size(), 1u);
   EXPECT_EQ(f.deregistered[0].start, reinterpret_cast<uintptr_t>(at(100)));
   // The one in use lives until released, but nobody new gets it.
-  auto fresh = c.acquire(at(120), 1);
+  auto fresh = acquire(c, at(120), 1);
   ASSERT_TRUE(fresh);
   EXPECT_NE(fresh->lkey(), held->lkey());
   held->reset();
   EXPECT_EQ(f.deregistered.size(), 2u);
   // The untouched entry still hits.
-  auto hit = c.acquire(at(110), 1);
+  auto hit = acquire(c, at(110), 1);
   ASSERT_TRUE(hit);
   EXPECT_EQ(c.stats().invalidations, 2u);
   // An unmap next to, but not overlapping, an entry leaves it alone.
@@ -726,10 +924,10 @@ TEST(MrCache, UnmapDuringRegistrationIsQueuedNotDeadlocked) {
   // burst of unmaps beyond the queue's size must still invalidate (everything).
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  { ASSERT_TRUE(c.acquire(at(200), kPage)); }
-  { ASSERT_TRUE(c.acquire(at(300), kPage)); }
+  { ASSERT_TRUE(acquire(c, at(200), kPage)); }
+  { ASSERT_TRUE(acquire(c, at(300), kPage)); }
   f.duringRegister = [&] { c.onUnmapped(at(200), kPage); };
-  { ASSERT_TRUE(c.acquire(at(400), kPage)); }  // queued during this call, applied at the next
+  { ASSERT_TRUE(acquire(c, at(400), kPage)); }  // queued during this call, applied at the next
   f.duringRegister = nullptr;
   EXPECT_TRUE(c.invalidationsPending());
   c.purge();
@@ -739,7 +937,7 @@ TEST(MrCache, UnmapDuringRegistrationIsQueuedNotDeadlocked) {
   f.duringRegister = [&] {
     for (int i = 0; i < 200; ++i) c.onUnmapped(at(5000 + i), kPage);
   };
-  { ASSERT_TRUE(c.acquire(at(500), kPage)); }
+  { ASSERT_TRUE(acquire(c, at(500), kPage)); }
   f.duringRegister = nullptr;
   c.purge();
   EXPECT_EQ(c.stats().entries, 0u) << "an overflowing queue must invalidate everything";
@@ -748,7 +946,7 @@ TEST(MrCache, UnmapDuringRegistrationIsQueuedNotDeadlocked) {
 TEST(MrCache, UnmapFromAnotherThread) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  { ASSERT_TRUE(c.acquire(at(600), kPage)); }
+  { ASSERT_TRUE(acquire(c, at(600), kPage)); }
   std::thread t([&] { c.onUnmapped(at(600), kPage); });
   t.join();
   c.purge();
@@ -764,8 +962,8 @@ TEST(MrCacheUcm, MunmapOfARealRegionInvalidates) {
   void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(m, MAP_FAILED);
   auto* p = static_cast<std::byte*>(m);
-  { ASSERT_TRUE(c.acquire(p, len)); }
-  { ASSERT_TRUE(c.acquire(p + kPage, kPage)); }  // a hit
+  { ASSERT_TRUE(acquire(c, p, len)); }
+  { ASSERT_TRUE(acquire(c, p + kPage, kPage)); }  // a hit
   ASSERT_EQ(f.registered.size(), 1u);
   // Unmap the middle two pages only: the registration covers them, so it must go.
   ASSERT_EQ(munmap(p + 3 * kPage, 2 * kPage), 0);
@@ -776,7 +974,7 @@ TEST(MrCacheUcm, MunmapOfARealRegionInvalidates) {
   // Map again (maybe at the same address): a new registration, not the stale one.
   void* m2 = mmap(p + 3 * kPage, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   ASSERT_NE(m2, MAP_FAILED);
-  { ASSERT_TRUE(c.acquire(p, len)); }
+  { ASSERT_TRUE(acquire(c, p, len)); }
   EXPECT_EQ(f.registered.size(), 2u);
   // An unmap somewhere else leaves the entry alone.
   void* other = mmap(nullptr, kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -804,13 +1002,13 @@ TEST(MrCacheUcm, MunmapInAnotherThreadWhileTheOwnerWorks) {
     void* m = mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(m, MAP_FAILED);
     regions.push_back(static_cast<std::byte*>(m));
-    ASSERT_TRUE(c.acquire(m, 2 * kPage));
+    ASSERT_TRUE(acquire(c, m, 2 * kPage));
   }
   std::atomic<bool> stop{false};
   std::atomic<long> passes{0};
   std::thread owner([&] {
     while (!stop.load()) {
-      for (int i = kRegions / 2; i < kRegions; ++i) (void)c.acquire(regions[i], 1);
+      for (int i = kRegions / 2; i < kRegions; ++i) (void)acquire(c, regions[i], 1);
       c.purge();
       ++passes;
     }
@@ -847,14 +1045,21 @@ class LoopQp final : public QueuePair {
   uint32_t qpn() const override { return 0x100u + static_cast<uint32_t>(side_); }
   int postRecv(ibv_recv_wr& wr) override;
   int postSend(ibv_send_wr& wr) override;
-  Status connect(const PortInfo&, const QpInfo&, uint32_t, uint32_t, const ConnectionOptions&) override {
-    return okStatus();
-  }
+  Status connect(const PortInfo&, const QpInfo&, uint32_t, uint32_t rdAtomic, const ConnectionOptions&) override;
   void setError() override;
 
  private:
   Loopback* lb_;
   int side_;
+};
+
+// The completion source of the loopback: a connection's fence and linger (Shared::pollFor) let the "hardware" run
+// (both sides' work requests execute) and take that connection's completions only.
+struct LoopShared final : Shared {
+  Loopback* lb = nullptr;
+  bool stalled = false;  // a wedged device: nothing executes or completes any more
+  int pollForCalls = 0;
+  Status pollFor(uint32_t connId) override;
 };
 
 struct Loopback {
@@ -869,36 +1074,68 @@ struct Loopback {
     ibv_sge sge;
     uint64_t remoteAddr;
     uint32_t rkey;
+    bool executed = false;  // its effect happened; its completion waits for those before it (a send queue completes
+                            // in order)
+    ibv_wc_status status = IBV_WC_SUCCESS;
+  };
+  struct Mr {
+    uintptr_t start;
+    size_t len;
+    uint8_t access;
   };
   struct Side {
     std::deque<PostedRecv> recvs;
     std::deque<PendingSend> sendq;
     std::deque<ibv_wc> cq;
     bool error = false;
-    std::map<uint32_t, std::pair<uintptr_t, size_t>> mrs;  // by key: what the cache registered
+    std::map<uint32_t, Mr> mrs;  // by key: what the cache registered
     uint32_t nextKey = 1;
+    std::vector<std::pair<uintptr_t, uintptr_t>> readOnly;  // [start, end): registering it writable is EFAULT
+    int efaults = 0;
+    uint32_t maxMsg = 0;     // the port's max_msg_sz (0: unlimited)
+    uint32_t rdAtomic = 0;   // the read depth connect() gave the queue pair
+    int maxReads = 0;        // most RDMA READs outstanding at once
     std::unique_ptr<MrCache> cache;
     std::byte* bounce = nullptr;
+    uint32_t connId = 0;
     std::unique_ptr<VerbsConnection> conn;
   };
 
   ConnectionOptions opts;
   Side side[2];
-  std::shared_ptr<Shared> shared = std::make_shared<Shared>();
+  std::shared_ptr<LoopShared> shared = std::make_shared<LoopShared>();
   std::mt19937 rng;
   int rnr = 0;          // SENDs that found no receive posted: flow control failed
   int sqOverflows = 0;  // work requests beyond the send queue's depth
   int rqOverflows = 0;
+  int readDepthExceeded = 0;  // READs posted beyond the queue pair's read depth: the send queue would stall
+  int tooLong = 0;            // READs longer than a port's max_msg_sz
+  uint64_t maxReadLen = 0;
+  int dmaIntoReleased = 0;    // READ data landed (after the error state) in memory no longer registered: the buffer
+                              // was handed back to its owner while the hardware still wrote into it
+  // Reads are "slow": posted READs do not execute (other work requests behind them do) until this is cleared.
+  bool freezeReads = false;
 
-  explicit Loopback(ConnectionOptions o, uint32_t seed = 1) : opts(o), rng(seed) {
+  explicit Loopback(ConnectionOptions o, uint32_t seed = 1, std::array<uint32_t, 2> maxMsg = {0, 0})
+      : opts(o), rng(seed) {
+    shared->lb = this;
     for (int s = 0; s < 2; ++s) {
       Side& sd = side[s];
+      sd.maxMsg = maxMsg[s];
       sd.cache = std::make_unique<MrCache>(
-          [this, s](void* addr, size_t len) -> Result<Registration> {
+          [this, s](void* addr, size_t len, uint8_t access, Registration* out) -> int {
             Side& me = side[s];
+            const uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+            if (access & MrCache::kLocalWrite)
+              for (const auto& [ro, roEnd] : me.readOnly)
+                if (a < roEnd && a + len > ro) {
+                  ++me.efaults;
+                  return EFAULT;
+                }
             uint32_t key = me.nextKey++;
-            me.mrs[key] = {reinterpret_cast<uintptr_t>(addr), len};
-            return Registration{reinterpret_cast<void*>(uintptr_t{key}), key, key};
+            me.mrs[key] = {a, len, access};
+            *out = Registration{reinterpret_cast<void*>(uintptr_t{key}), key, key};
+            return 0;
           },
           [this, s](const Registration& r) { side[s].mrs.erase(static_cast<uint32_t>(r.lkey)); }, limits(8),
           /*watchUnmaps=*/false);
@@ -908,19 +1145,26 @@ struct Loopback {
       b.lkey = 0xB0B0;
       b.release = [base = b.base] { std::free(base); };
       sd.bounce = b.base;
-      auto c =
-          VerbsConnection::assemble(shared, sd.cache.get(), std::make_unique<LoopQp>(this, s), std::move(b), s, 1 - s,
-                                    rocePort(format("fake%d", s), 1, 100000, static_cast<uint8_t>(s)), 0, opts);
+      auto c = VerbsConnection::assemble(shared, sd.cache.get(), std::make_unique<LoopQp>(this, s), std::move(b), s,
+                                         1 - s, port(s), 0, opts);
       EXPECT_TRUE(c) << c.error().toString();
-      if (c) sd.conn = std::move(*c);
+      if (c) {
+        sd.conn = std::move(*c);
+        sd.connId = sd.conn->id();
+      }
     }
     if (!side[0].conn || !side[1].conn) return;
     QpInfo i0 = side[0].conn->localInfo(1, 0), i1 = side[1].conn->localInfo(1, 0);
-    EXPECT_TRUE(side[0].conn->connect(i1, rocePort("fake1", 1, 100000, 1)).ok());
-    EXPECT_TRUE(side[1].conn->connect(i0, rocePort("fake0", 1, 100000, 0)).ok());
+    EXPECT_TRUE(side[0].conn->connect(i1, port(1)).ok());
+    EXPECT_TRUE(side[1].conn->connect(i0, port(0)).ok());
   }
   ~Loopback() {
     for (auto& sd : side) sd.conn.reset();  // before the caches their registrations come from
+  }
+  PortInfo port(int s) const {
+    PortInfo p = rocePort(format("fake%d", s), 1, 100000, static_cast<uint8_t>(s));
+    p.maxMsgSize = side[s].maxMsg;
+    return p;
   }
   bool ok() const { return side[0].conn && side[1].conn; }
   VerbsConnection& conn(int s) { return *side[s].conn; }
@@ -934,65 +1178,107 @@ struct Loopback {
     return w;
   }
 
-  void setError(int s) {
+  // The error state: posted receives flush at once (they only hold bounce buffers). Send-queue work requests come
+  // back flushed too, but only as the hardware gets to them (execute): a READ under way may still write its data.
+  void setError(int s) { side[s].error = true; }
+  void flushRecvs(int s) {
     Side& sd = side[s];
-    if (sd.error) return;
-    sd.error = true;
     for (auto& r : sd.recvs) sd.cq.push_back(wc(r.wrId, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV));
     sd.recvs.clear();
-    for (auto& p : sd.sendq) sd.cq.push_back(wc(p.wrId, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND));
-    sd.sendq.clear();
   }
 
-  bool covered(const Side& sd, uint32_t key, uintptr_t addr, size_t len) const {
+  bool covered(const Side& sd, uint32_t key, uintptr_t addr, size_t len, uint8_t access) const {
     auto it = sd.mrs.find(key);
-    return it != sd.mrs.end() && addr >= it->second.first && addr + len <= it->second.first + it->second.second;
+    return it != sd.mrs.end() && addr >= it->second.start && addr + len <= it->second.start + it->second.len &&
+           (it->second.access & access) == access;
   }
 
-  // Runs the first work request of side s's send queue.
+  // The next work request of side s the hardware may run: in order, except that frozen READs let the work behind
+  // them go (a READ waits for its response; SENDs after it need not). In the error state everything comes back.
+  PendingSend* executable(int s) {
+    Side& me = side[s];
+    for (auto& p : me.sendq) {
+      if (p.executed) continue;
+      if (p.opcode == IBV_WR_RDMA_READ && freezeReads && !me.error) continue;
+      return &p;
+    }
+    return nullptr;
+  }
+
+  // Runs one work request of side s (see executable()), then completes, in order, what is done at the front.
   void execute(int s) {
     Side &me = side[s], &peer = side[1 - s];
-    PendingSend p = me.sendq.front();
-    me.sendq.pop_front();
-    if (peer.error) {  // no answer from a queue pair in the error state
-      me.cq.push_back(wc(p.wrId, IBV_WC_RETRY_EXC_ERR, IBV_WC_SEND));
-      setError(s);
-      return;
-    }
-    if (p.opcode == IBV_WR_SEND) {
+    PendingSend* pp = executable(s);
+    ASSERT_NE(pp, nullptr);
+    PendingSend& p = *pp;
+    p.executed = true;
+    if (p.opcode == IBV_WR_RDMA_READ) maxReadLen = std::max<uint64_t>(maxReadLen, p.sge.length);
+    auto finish = [&](ibv_wc_status status) {
+      p.status = status;
+      if (status != IBV_WC_SUCCESS) setError(s);
+    };
+    if (me.error) {
+      // Flushed. A READ the hardware had started may still land: the worst case, modelled. Into memory that is no
+      // longer registered, it is a use-after-release (counted, not written: the memory may be gone).
+      if (p.opcode == IBV_WR_RDMA_READ && covered(peer, p.rkey, p.remoteAddr, p.sge.length, MrCache::kRemoteRead)) {
+        if (covered(me, p.sge.lkey, p.sge.addr, p.sge.length, MrCache::kLocalWrite))
+          std::memcpy(reinterpret_cast<void*>(p.sge.addr), reinterpret_cast<const void*>(p.remoteAddr), p.sge.length);
+        else
+          ++dmaIntoReleased;
+      }
+      finish(IBV_WC_WR_FLUSH_ERR);
+    } else if (peer.error) {  // no answer from a queue pair in the error state
+      finish(IBV_WC_RETRY_EXC_ERR);
+    } else if (p.opcode == IBV_WR_SEND) {
       if (peer.recvs.empty()) {
         ++rnr;
-        me.cq.push_back(wc(p.wrId, IBV_WC_RNR_RETRY_EXC_ERR, IBV_WC_SEND));
-        setError(s);
-        return;
+        finish(IBV_WC_RNR_RETRY_EXC_ERR);
+      } else {
+        PostedRecv r = peer.recvs.front();
+        peer.recvs.pop_front();
+        if (p.sge.length > r.len) {
+          peer.cq.push_back(wc(r.wrId, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
+          setError(1 - s);
+          flushRecvs(1 - s);
+          finish(IBV_WC_REM_INV_REQ_ERR);
+        } else {
+          std::memcpy(r.addr, reinterpret_cast<const void*>(p.sge.addr), p.sge.length);
+          peer.cq.push_back(wc(r.wrId, IBV_WC_SUCCESS, IBV_WC_RECV, p.sge.length));
+          finish(IBV_WC_SUCCESS);
+        }
       }
-      PostedRecv r = peer.recvs.front();
-      peer.recvs.pop_front();
-      if (p.sge.length > r.len) {
-        peer.cq.push_back(wc(r.wrId, IBV_WC_LOC_LEN_ERR, IBV_WC_RECV));
-        setError(1 - s);
-        me.cq.push_back(wc(p.wrId, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND));
-        setError(s);
-        return;
+    } else {
+      EXPECT_EQ(p.opcode, IBV_WR_RDMA_READ);
+      const uint32_t limit = std::min(me.maxMsg ? me.maxMsg : UINT32_MAX, peer.maxMsg ? peer.maxMsg : UINT32_MAX);
+      if (p.sge.length > limit) {
+        ++tooLong;
+        finish(IBV_WC_LOC_LEN_ERR);
+      } else if (!covered(peer, p.rkey, p.remoteAddr, p.sge.length, MrCache::kRemoteRead)) {
+        finish(IBV_WC_REM_ACCESS_ERR);
+      } else if (!covered(me, p.sge.lkey, p.sge.addr, p.sge.length, MrCache::kLocalWrite)) {
+        finish(IBV_WC_LOC_PROT_ERR);
+      } else {
+        std::memcpy(reinterpret_cast<void*>(p.sge.addr), reinterpret_cast<const void*>(p.remoteAddr), p.sge.length);
+        finish(IBV_WC_SUCCESS);
       }
-      std::memcpy(r.addr, reinterpret_cast<const void*>(p.sge.addr), p.sge.length);
-      peer.cq.push_back(wc(r.wrId, IBV_WC_SUCCESS, IBV_WC_RECV, p.sge.length));
-      me.cq.push_back(wc(p.wrId, IBV_WC_SUCCESS, IBV_WC_SEND));
-      return;
     }
-    ASSERT_EQ(p.opcode, IBV_WR_RDMA_READ);
-    if (!covered(peer, p.rkey, p.remoteAddr, p.sge.length)) {
-      me.cq.push_back(wc(p.wrId, IBV_WC_REM_ACCESS_ERR, IBV_WC_RDMA_READ));
-      setError(s);
-      return;
+    while (!me.sendq.empty() && me.sendq.front().executed) {
+      const PendingSend& f = me.sendq.front();
+      me.cq.push_back(wc(f.wrId, f.status, f.opcode == IBV_WR_SEND ? IBV_WC_SEND : IBV_WC_RDMA_READ,
+                         f.status == IBV_WC_SUCCESS ? f.sge.length : 0));
+      me.sendq.pop_front();
     }
-    if (!covered(me, p.sge.lkey, p.sge.addr, p.sge.length)) {
-      me.cq.push_back(wc(p.wrId, IBV_WC_LOC_PROT_ERR, IBV_WC_RDMA_READ));
-      setError(s);
-      return;
-    }
-    std::memcpy(reinterpret_cast<void*>(p.sge.addr), reinterpret_cast<const void*>(p.remoteAddr), p.sge.length);
-    me.cq.push_back(wc(p.wrId, IBV_WC_SUCCESS, IBV_WC_RDMA_READ, p.sge.length));
+    if (me.error) flushRecvs(s);  // after the completion that reports why
+  }
+
+  // Hands one completion of side s to its connection, through the connection table as Shared::poll does (a
+  // connection being destroyed is still there while it closes).
+  void deliver(int s, std::deque<ibv_wc>::iterator it) {
+    Side& sd = side[s];
+    ibv_wc w = *it;
+    sd.cq.erase(it);
+    auto c = shared->conns.find(wrConn(w.wr_id));
+    if (c != shared->conns.end()) c->second->onCompletion(w);
   }
 
   // The adversary's schedule: run every work request and deliver send completions before any receive's, so
@@ -1003,7 +1289,7 @@ struct Loopback {
   bool step() {
     std::vector<int> choices;  // 0,1: execute a work request of that side; 2,3: deliver a completion
     for (int s = 0; s < 2; ++s) {
-      if (!side[s].sendq.empty()) choices.push_back(s);
+      if (executable(s)) choices.push_back(s);
       if (!side[s].cq.empty()) choices.push_back(2 + s);
     }
     if (choices.empty()) return false;
@@ -1013,8 +1299,8 @@ struct Loopback {
         return std::find_if(side[s].cq.begin(), side[s].cq.end(),
                             [](const ibv_wc& w) { return w.opcode != IBV_WC_RECV; }) != side[s].cq.end();
       };
-      if (!side[0].sendq.empty() || !side[1].sendq.empty())
-        c = side[0].sendq.empty() ? 1 : side[1].sendq.empty() ? 0 : static_cast<int>(rng() % 2);
+      if (executable(0) || executable(1))
+        c = !executable(0) ? 1 : !executable(1) ? 0 : static_cast<int>(rng() % 2);
       else if (sendCqe(0) || sendCqe(1))
         c = sendCqe(0) ? 2 : 3;
     }
@@ -1028,9 +1314,7 @@ struct Loopback {
       auto nonRecv = std::find_if(sd.cq.begin(), sd.cq.end(), [](const ibv_wc& w) { return w.opcode != IBV_WC_RECV; });
       if (nonRecv != sd.cq.end()) it = nonRecv;  // a CQ is not FIFO across queues: the adversary may reorder
     }
-    ibv_wc w = *it;
-    sd.cq.erase(it);
-    if (sd.conn) sd.conn->onCompletion(w);
+    deliver(c - 2, it);
     return true;
   }
   // Steps until done() or nothing is left to do.
@@ -1047,7 +1331,31 @@ struct Loopback {
       if (!step()) return true;
     return false;
   }
+  // For LoopShared::pollFor: the hardware runs, and connId's completions (only) are delivered.
+  void pollFor(uint32_t connId) {
+    for (int round = 0; round < 100000; ++round) {
+      bool moved = false;
+      for (int s = 0; s < 2; ++s)
+        while (executable(s)) {
+          execute(s);
+          moved = true;
+        }
+      for (int s = 0; s < 2; ++s)
+        if (side[s].connId == connId)
+          while (!side[s].cq.empty()) {
+            deliver(s, side[s].cq.begin());
+            moved = true;
+          }
+      if (!moved) return;
+    }
+  }
 };
+
+Status LoopShared::pollFor(uint32_t connId) {
+  ++pollForCalls;
+  if (!stalled) lb->pollFor(connId);
+  return okStatus();
+}
 
 int LoopQp::postRecv(ibv_recv_wr& wr) {
   Loopback::Side& sd = lb_->side[side_];
@@ -1067,19 +1375,31 @@ int LoopQp::postRecv(ibv_recv_wr& wr) {
 int LoopQp::postSend(ibv_send_wr& wr) {
   Loopback::Side& sd = lb_->side[side_];
   if (wr.num_sge != 1 || wr.next || !(wr.send_flags & IBV_SEND_SIGNALED)) return EINVAL;
-  if (sd.error) {
-    sd.cq.push_back(Loopback::wc(wr.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND));
-    return 0;
-  }
+  // (In the error state too: it comes back flushed, in order, when the hardware gets to it.)
   if (sd.sendq.size() >= lb_->opts.sqDepth) {
     ++lb_->sqOverflows;
     return ENOMEM;
   }
   sd.sendq.push_back({wr.wr_id, wr.opcode, *wr.sg_list, wr.wr.rdma.remote_addr, wr.wr.rdma.rkey});
+  if (wr.opcode == IBV_WR_RDMA_READ) {
+    const int reads = static_cast<int>(std::count_if(sd.sendq.begin(), sd.sendq.end(), [](const auto& p) {
+      return p.opcode == IBV_WR_RDMA_READ;
+    }));
+    sd.maxReads = std::max(sd.maxReads, reads);
+    if (reads > static_cast<int>(sd.rdAtomic)) ++lb_->readDepthExceeded;
+  }
   return 0;
 }
 
-void LoopQp::setError() { lb_->setError(side_); }
+Status LoopQp::connect(const PortInfo&, const QpInfo&, uint32_t, uint32_t rdAtomic, const ConnectionOptions&) {
+  lb_->side[side_].rdAtomic = rdAtomic;
+  return okStatus();
+}
+
+void LoopQp::setError() {
+  lb_->setError(side_);
+  lb_->flushRecvs(side_);
+}
 
 ConnectionOptions smallOptions() {
   ConnectionOptions o;
@@ -1341,6 +1661,281 @@ TEST(VerbsLoopback, AbortWithoutCreditsIsDroppedNotQueued) {
   for (auto& s : sends) EXPECT_TRUE(s.finished());
 }
 
+TEST(VerbsLoopback, ReadChunksStayWithinBothPortsMaxMessageSize) {
+  // rxe's ports allow 8 MiB messages, mlx5's 1 GiB: a read chunk is one message for both ports. Here side 0's port
+  // allows 5000 bytes and side 1's 3000; the connection options would allow a gigabyte.
+  ConnectionOptions o = smallOptions();
+  o.maxReadChunk = uint64_t{1} << 30;
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(format("seed %u", seed));
+    Loopback lb(o, seed, {5000, 3000});
+    ASSERT_TRUE(lb.ok());
+    EXPECT_EQ(lb.conn(0).readChunk(), 3000u) << "the peer's limit comes in its queue-pair information";
+    EXPECT_EQ(lb.conn(1).readChunk(), 3000u);
+    const size_t n = 100003;
+    Bytes out01 = pattern(n, seed), out10 = pattern(n, seed + 7), in01(n), in10(n);
+    Request s01, s10, r01, r10;
+    ASSERT_TRUE(lb.conn(1).irecv(r01, in01, 1).ok());
+    ASSERT_TRUE(lb.conn(0).irecv(r10, in10, 2).ok());
+    ASSERT_TRUE(lb.conn(0).isend(s01, out01, 1).ok());
+    ASSERT_TRUE(lb.conn(1).isend(s10, out10, 2).ok());
+    ASSERT_TRUE(lb.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }));
+    for (Request* r : {&r01, &r10, &s01, &s10}) EXPECT_TRUE(r->done()) << r->error.toString();
+    EXPECT_TRUE(in01 == out01);
+    EXPECT_TRUE(in10 == out10);
+    EXPECT_EQ(lb.tooLong, 0) << "a read longer than a port's max_msg_sz";
+    EXPECT_EQ(lb.maxReadLen, 3000u);
+  }
+  // Ports that say nothing (0): the default chunk, 8 MiB.
+  EXPECT_EQ(ConnectionOptions{}.maxReadChunk, uint64_t{8} << 20);
+  Loopback lb(ConnectionOptions{}, 1);
+  ASSERT_TRUE(lb.ok());
+  EXPECT_EQ(lb.conn(0).readChunk(), uint64_t{8} << 20);
+}
+
+TEST(VerbsLoopback, ReadOnlySendBufferAndReceiveAccess) {
+  // A send from read-only memory (a PROT_READ mapping): its registration cannot ask for local write, but the peer's
+  // read of it works. Receive buffers are registered for local write only, and the fake checks both ends' access.
+  const size_t len = 2 * kPage;
+  void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(m, MAP_FAILED);
+  auto* ro = static_cast<std::byte*>(m);
+  const Bytes want = pattern(len, 5);
+  std::memcpy(ro, want.data(), len);
+  ASSERT_EQ(mprotect(ro, len, PROT_READ), 0);
+  {
+    Loopback lb(smallOptions(), 3);
+    ASSERT_TRUE(lb.ok());
+    lb.side[0].readOnly.push_back({reinterpret_cast<uintptr_t>(ro), reinterpret_cast<uintptr_t>(ro) + len});
+    const size_t n = len - 100;
+    Bytes in(n);
+    Request s, r;
+    ASSERT_TRUE(lb.conn(1).irecv(r, in, 9).ok());
+    ASSERT_TRUE(lb.conn(0).isend(s, std::span<const std::byte>(ro + 50, n), 9).ok());
+    ASSERT_TRUE(lb.drive([&] { return r.finished() && s.finished(); }));
+    ASSERT_TRUE(s.done()) << s.error.toString();
+    ASSERT_TRUE(r.done()) << r.error.toString();
+    EXPECT_TRUE(std::equal(in.begin(), in.end(), want.begin() + 50));
+    EXPECT_EQ(lb.side[0].efaults, 1) << "the write-first attempt";
+    ASSERT_EQ(lb.side[0].mrs.size(), 1u);
+    EXPECT_EQ(lb.side[0].mrs.begin()->second.access, MrCache::kRemoteRead);
+    ASSERT_EQ(lb.side[1].mrs.size(), 1u);
+    EXPECT_EQ(lb.side[1].mrs.begin()->second.access, MrCache::kLocalWrite) << "a receive buffer needs no remote read";
+    // Receiving into read-only memory fails the receive, with the reason, and tells the sender.
+    Bytes out = pattern(n, 6);
+    Request s2, r2;
+    ASSERT_TRUE(lb.conn(1).isend(s2, out, 10).ok());
+    ASSERT_TRUE(lb.conn(0).irecv(r2, std::span<std::byte>(ro + 50, n), 10).ok());
+    ASSERT_TRUE(lb.drive([&] { return r2.finished() && s2.finished(); }));
+    ASSERT_TRUE(r2.failed());
+    EXPECT_TRUE(contains(r2.error.message(), "rank 0: receiving")) << r2.error.message();
+    EXPECT_TRUE(contains(r2.error.message(), std::strerror(EFAULT))) << r2.error.message();
+    ASSERT_TRUE(s2.failed());
+    EXPECT_TRUE(contains(s2.error.message(), "rank 0 could not receive")) << s2.error.message();
+    EXPECT_EQ(lb.rnr + lb.sqOverflows + lb.rqOverflows, 0);
+  }
+  ASSERT_EQ(munmap(ro, len), 0);
+}
+
+TEST(VerbsLoopback, CloseWaitsForReadsInFlightBeforeReleasingBuffers) {
+  // Reads are under way (posted, not done) when the receiver closes. The error state does not stop a read already
+  // moving data (modelled: it still lands, then completes flushed), so close() must wait for every work request to
+  // come back before it fails the request and drops the registration: nothing may land after.
+  for (uint32_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(format("seed %u", seed));
+    Loopback lb(smallOptions(), seed);
+    ASSERT_TRUE(lb.ok());
+    lb.freezeReads = true;
+    Bytes out = pattern(5000, seed), in(5000);
+    Request s, r;
+    ASSERT_TRUE(lb.conn(0).isend(s, out, 4).ok());
+    ASSERT_TRUE(lb.conn(1).irecv(r, in, 4).ok());
+    ASSERT_TRUE(lb.settle());
+    ASSERT_FALSE(lb.side[1].sendq.empty()) << "reads should be in flight";
+    lb.conn(1).close(invalidUsage("closing while reads are in flight"));
+    EXPECT_TRUE(r.failed());
+    EXPECT_TRUE(contains(r.error.message(), "closing while reads are in flight")) << r.error.message();
+    EXPECT_TRUE(lb.side[1].sendq.empty()) << "close() returned with work requests still outstanding";
+    EXPECT_EQ(lb.dmaIntoReleased, 0) << "a read landed in a buffer after its registration was dropped";
+    EXPECT_EQ(lb.side[1].cache->stats().inUse, 0u);
+    EXPECT_GT(lb.shared->pollForCalls, 0);
+    EXPECT_FALSE(lb.shared->fenceTimedOut);
+    // Nothing moves any more on that side.
+    const Bytes after = in;
+    lb.freezeReads = false;
+    ASSERT_TRUE(lb.settle());
+    EXPECT_TRUE(in == after);
+  }
+}
+
+TEST(VerbsLoopback, FenceGivesUpOnAWedgedDevice) {
+  // A device that completes nothing: close() still returns (after the bound) and fails everything; later fences of
+  // the transport do not wait again.
+  Loopback lb(smallOptions(), 2);
+  ASSERT_TRUE(lb.ok());
+  lb.freezeReads = true;
+  Bytes out = pattern(5000, 1), in(5000);
+  Request s, r;
+  ASSERT_TRUE(lb.conn(0).isend(s, out, 4).ok());
+  ASSERT_TRUE(lb.conn(1).irecv(r, in, 4).ok());
+  ASSERT_TRUE(lb.settle());
+  lb.shared->stalled = true;
+  lb.conn(1).close(invalidUsage("closing a wedged device"));
+  EXPECT_TRUE(r.failed());
+  EXPECT_TRUE(lb.shared->fenceTimedOut);
+  const int calls = lb.shared->pollForCalls;
+  Request s2;
+  Bytes big = pattern(5000, 2);
+  ASSERT_TRUE(lb.conn(0).isend(s2, big, 5).ok());  // an rts in flight on side 0
+  lb.conn(0).close(invalidUsage("closing too"));
+  EXPECT_TRUE(s2.failed());
+  EXPECT_EQ(lb.shared->pollForCalls, calls) << "the second fence waited again";
+  lb.shared->stalled = false;
+}
+
+TEST(VerbsLoopback, ReadsInFlightStayWithinTheReadDepthAndLeaveRoomForSends) {
+  // Many rendezvous messages to side 1, whose reads are slow (frozen): side 1 must keep its reads within the agreed
+  // depth (more would stall its send queue) and within the room the bounce buffers leave, so its own messages (an
+  // eager reply here; fins and credits in general) still go out while the reads wait.
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    SCOPED_TRACE(format("seed %u", seed));
+    // A send queue completes in order: a SEND behind a slow read keeps its bounce buffer until the read is done, so
+    // a few more bounce buffers than smallOptions' three (two go to credit messages here).
+    ConnectionOptions o = smallOptions();
+    o.sendSlots = 6;
+    o.sqDepth = 8;
+    Loopback lb(o, seed);
+    ASSERT_TRUE(lb.ok());
+    EXPECT_EQ(lb.conn(1).readDepth(), 2u) << "min(rdAtomic 4, send queue 8 - 6 bounce buffers)";
+    EXPECT_EQ(lb.side[1].rdAtomic, 4u);
+    lb.freezeReads = true;
+    const int kBig = 4;
+    std::vector<Bytes> out(kBig), in(kBig);
+    std::vector<Request> sends(kBig), recvs(kBig);
+    for (int i = 0; i < kBig; ++i) {
+      out[i] = pattern(5000 + static_cast<size_t>(i), static_cast<uint32_t>(i));
+      in[i].resize(out[i].size());
+      ASSERT_TRUE(lb.conn(1).irecv(recvs[i], in[i], static_cast<uint64_t>(i)).ok());
+      ASSERT_TRUE(lb.conn(0).isend(sends[i], out[i], static_cast<uint64_t>(i)).ok());
+    }
+    ASSERT_TRUE(lb.settle());
+    EXPECT_GT(lb.side[1].maxReads, 0);
+    Bytes reply = pattern(100, 9), replyIn(100);
+    Request rs, rr;
+    ASSERT_TRUE(lb.conn(0).irecv(rr, replyIn, 100).ok());
+    ASSERT_TRUE(lb.conn(1).isend(rs, reply, 100).ok());
+    ASSERT_TRUE(lb.drive([&] { return rr.finished(); })) << "the reply is stuck behind the reads";
+    EXPECT_TRUE(rr.done()) << rr.error.toString();
+    EXPECT_TRUE(replyIn == reply);
+    lb.freezeReads = false;
+    ASSERT_TRUE(lb.drive([&] {
+      return std::all_of(recvs.begin(), recvs.end(), [](const Request& r) { return r.finished(); }) &&
+             std::all_of(sends.begin(), sends.end(), [](const Request& r) { return r.finished(); });
+    }));
+    for (int i = 0; i < kBig; ++i) {
+      EXPECT_TRUE(recvs[i].done()) << recvs[i].error.toString();
+      EXPECT_TRUE(sends[i].done()) << sends[i].error.toString();
+      EXPECT_TRUE(in[i] == out[i]);
+    }
+    EXPECT_LE(lb.side[1].maxReads, 2);
+    EXPECT_EQ(lb.readDepthExceeded, 0);
+    EXPECT_EQ(lb.rnr + lb.sqOverflows + lb.rqOverflows, 0);
+  }
+}
+
+TEST(VerbsLoopback, OneAbortLingerDeadlinePerTransport) {
+  // A rank giving up aborts every connection, then closes them one after another: the aborts share one linger
+  // deadline, set by the first, so the engine lingers once, not once per connection.
+  Loopback lb(smallOptions(), 12);
+  ASSERT_TRUE(lb.ok());
+  EXPECT_FALSE(lb.shared->abortLingerUntil);
+  lb.shared->stalled = true;  // the aborts never leave
+  lb.conn(0).sendAbort("first");
+  ASSERT_TRUE(lb.shared->abortLingerUntil);
+  const auto deadline = *lb.shared->abortLingerUntil;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  lb.conn(1).sendAbort("second");
+  EXPECT_EQ(*lb.shared->abortLingerUntil, deadline) << "a later abort moved the deadline";
+  lb.conn(0).close(invalidUsage("closing 0"));
+  EXPECT_GE(std::chrono::steady_clock::now(), deadline);
+  const int calls = lb.shared->pollForCalls;
+  lb.conn(1).close(invalidUsage("closing 1"));  // its abort is still in flight, but the deadline has passed
+  EXPECT_EQ(lb.shared->pollForCalls, calls) << "the second close lingered";
+  lb.shared->stalled = false;
+}
+
+TEST(VerbsLoopback, AbortStillLeavesWhenClosedAtOnce) {
+  Loopback lb(smallOptions(), 13);
+  ASSERT_TRUE(lb.ok());
+  Bytes in(10);
+  Request r;
+  ASSERT_TRUE(lb.conn(1).irecv(r, in, 1).ok());
+  lb.conn(0).sendAbort("bye");
+  lb.conn(0).close(invalidUsage("closing"));  // the linger lets the abort out first
+  ASSERT_TRUE(lb.drive([&] { return r.finished(); }));
+  EXPECT_TRUE(contains(r.error.message(), "rank 0 aborted: bye")) << r.error.message();
+}
+
+TEST(VerbsLoopback, AsyncEventsFailTheConnectionsTheyConcern) {
+  struct Case {
+    ibv_event_type type;
+    int port = 1;
+    uint32_t qpn = 0;
+    bool failsSide0;
+    std::string want;
+  };
+  ibv_qp fakeQp{};
+  const std::vector<Case> cases = {
+      {IBV_EVENT_PORT_ERR, 2, 0, false, ""},  // another port of the device
+      {IBV_EVENT_PORT_ACTIVE, 1, 0, false, ""},
+      {IBV_EVENT_QP_FATAL, 1, 0x999, false, ""},  // another queue pair
+      {IBV_EVENT_PORT_ERR, 1, 0, true, format("port fake0:1 went down (%s)", ibv_event_type_str(IBV_EVENT_PORT_ERR))},
+      {IBV_EVENT_DEVICE_FATAL, 1, 0, true,
+       format("device fake0 reported a fatal error (%s)", ibv_event_type_str(IBV_EVENT_DEVICE_FATAL))},
+      {IBV_EVENT_QP_FATAL, 1, 0x100, true,
+       format("queue pair 0x100 on fake0 reported %s", ibv_event_type_str(IBV_EVENT_QP_FATAL))},
+      {IBV_EVENT_QP_ACCESS_ERR, 1, 0x100, true, "queue pair 0x100 on fake0"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(ibv_event_type_str(c.type));
+    Loopback lb(smallOptions(), 14);
+    ASSERT_TRUE(lb.ok());
+    auto owned = std::make_unique<Device>();
+    owned->name = "fake0";  // side 0's device; side 1 is on fake1
+    Device& dev = *owned;
+    lb.shared->devices.push_back(std::move(owned));
+    Bytes in0(10), in1(10);
+    Request r0, r1;
+    ASSERT_TRUE(lb.conn(0).irecv(r0, in0, 1).ok());
+    ASSERT_TRUE(lb.conn(1).irecv(r1, in1, 1).ok());
+    ibv_async_event ev{};
+    ev.event_type = c.type;
+    if (c.qpn) {
+      fakeQp.qp_num = c.qpn;
+      ev.element.qp = &fakeQp;
+    } else {
+      ev.element.port_num = c.port;
+    }
+    lb.shared->onAsyncEvent(dev, ev);
+    EXPECT_FALSE(r1.finished()) << "a connection on another device failed";
+    if (!c.failsSide0) {
+      EXPECT_FALSE(r0.finished()) << r0.error.toString();
+      continue;
+    }
+    ASSERT_TRUE(r0.failed());
+    const std::string m(r0.error.message());
+    EXPECT_TRUE(contains(m, "rank 0: verbs connection to rank 1 failed on r0->r1/verbs(fake0:1 -> fake1:1")) << m;
+    EXPECT_TRUE(contains(m, c.want)) << m;
+    EXPECT_EQ(dev.fatal, c.type == IBV_EVENT_DEVICE_FATAL);
+    // The peer learns it the usual way: its next message finds no queue pair.
+    Request s1;
+    Bytes small(4);
+    ASSERT_TRUE(lb.conn(1).isend(s1, small, 2).ok());
+    ASSERT_TRUE(lb.drive([&] { return r1.finished(); }));
+    EXPECT_EQ(r1.error.code(), Code::kRemote);
+  }
+}
+
 // ---- this machine ----
 
 TEST(VerbsDiscover, ReportsWhyNothingIsUsable) {
@@ -1389,6 +1984,29 @@ TEST(VerbsCreate, FailsCleanlyWithoutAPort) {
   EXPECT_TRUE(t.error().code() == Code::kSystem || t.error().code() == Code::kInvalidUsage) << t.error().toString();
   EXPECT_TRUE(contains(t.error().message(), "verbs: ")) << t.error().message();
   EXPECT_TRUE(contains(t.error().message(), av.reason)) << t.error().message();
+}
+
+TEST(VerbsCreate, TakesAnAvailabilityDiscoveredBefore) {
+  // The communicator discovers once and hands the result over: no second device scan; no ports, no transport.
+  Availability none;
+  none.reason = "HETCOMM_IB_HCA=xyz matches none of mlx5_0";
+  none.code = Code::kInvalidUsage;
+  auto t = VerbsTransport::create(configFor(0, 2), none);
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code(), Code::kInvalidUsage);
+  EXPECT_EQ(t.error().message(), "verbs: HETCOMM_IB_HCA=xyz matches none of mlx5_0");
+  t = VerbsTransport::create(configFor(0, 2), Availability{});
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code(), Code::kSystem);
+  Availability av = discover("");
+  if (av.ports.empty()) {
+    EXPECT_EQ(av.code, Code::kSystem);
+    t = VerbsTransport::create(configFor(0, 2), av);
+    ASSERT_FALSE(t);
+    EXPECT_TRUE(contains(t.error().message(), av.reason)) << t.error().message();
+  } else {
+    EXPECT_EQ(av.code, Code::kOk);
+  }
 }
 
 // ---- two transports of one process over a real device (skipped without one) ----
