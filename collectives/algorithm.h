@@ -17,18 +17,20 @@ class Algorithm {
   virtual ~Algorithm() = default;
   virtual std::string_view name() const = 0;  // HETCOMM_ALGO value
   virtual bool supports(const Args& args, const GroupView& group) const = 0;
-  // Predicted microseconds, from nominal link alpha (us) and bandwidth (GB/s).
-  virtual double estimateUs(const Args& args, const GroupView& group, double alphaUs, double bwGBps) const = 0;
+  // Predicted microseconds, from the group's link model (GroupView::alphaUs / bwGBps per rank pair).
+  virtual double estimateUs(const Args& args, const GroupView& group) const = 0;
   virtual Result<Schedule> plan(const Args& args, const GroupView& group) const = 0;
 };
 
 std::span<const Algorithm* const> allAlgorithms();
 
-// The link the cost model assumes until the topology's link matrix feeds it (10 GbE class).
-constexpr double kNominalAlphaUs = 20, kNominalBwGBps = 1.25;
-
-// The algorithm for this call: forced (a name from HETCOMM_ALGO, empty for automatic) or the cheapest.
-Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced);
+// The algorithm for this call: forced (a name from HETCOMM_ALGO, empty for automatic) or the cheapest, with its
+// predicted time.
+struct Selection {
+  const Algorithm* algo = nullptr;
+  double predictedUs = 0;
+};
+Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced);
 
 // Element blocks of count split n ways as evenly as possible (the first count % n blocks get one more).
 struct Blocks {

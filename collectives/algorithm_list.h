@@ -6,6 +6,7 @@
 namespace hetcomm::coll {
 
 const Algorithm& ringAllReduce();
+const Algorithm& hierAllReduce();
 const Algorithm& ringReduceScatter();
 const Algorithm& ringAllGather();
 const Algorithm& chainBroadcast();

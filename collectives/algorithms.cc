@@ -10,30 +10,30 @@ namespace hetcomm::coll {
 
 std::span<const Algorithm* const> allAlgorithms() {
   static const Algorithm* const table[] = {
-      &ringAllReduce(), &ringReduceScatter(), &ringAllGather(),  &chainBroadcast(),
-      &chainReduce(),   &pairwiseAlltoAll(),  &directSendRecv(),
+      &ringAllReduce(), &hierAllReduce(),    &ringReduceScatter(), &ringAllGather(),
+      &chainBroadcast(), &chainReduce(),     &pairwiseAlltoAll(),  &directSendRecv(),
   };
   return table;
 }
 
-Result<const Algorithm*> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
-  const Algorithm* best = nullptr;
+Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
+  Selection best;
   double bestUs = std::numeric_limits<double>::infinity();
   bool forcedExists = forced.empty();
   for (const Algorithm* a : allAlgorithms()) {
     if (a->name() == forced) forcedExists = true;
     if (!a->supports(args, group)) continue;
-    if (!forced.empty() && a->name() == forced) return a;
-    double us = a->estimateUs(args, group, kNominalAlphaUs, kNominalBwGBps);
+    const double us = a->estimateUs(args, group);
+    if (!forced.empty() && a->name() == forced) return Selection{a, us};
     if (us < bestUs) {
       bestUs = us;
-      best = a;
+      best = Selection{a, us};
     }
   }
   if (!forcedExists)
     return invalidArgument("HETCOMM_ALGO=%.*s is not an algorithm hetcomm knows", static_cast<int>(forced.size()),
                            forced.data());
-  if (!best) return internalError("no algorithm supports %s", args.describe().c_str());
+  if (!best.algo) return internalError("no algorithm supports %s", args.describe().c_str());
   return best;
 }
 

@@ -1,5 +1,7 @@
 #include "collectives/args.h"
 
+#include <algorithm>
+
 #include "common/strings.h"
 
 namespace hetcomm::coll {
@@ -62,6 +64,18 @@ std::string Args::describe() const {
       return format("send/recv group of %zu operations", p2p.size());
   }
   return "?";
+}
+
+double GroupView::ringBwGBps() const {
+  double worst = nranks > 1 ? bwGBps(0, 1 % nranks) : kNominalBwGBps;
+  for (int i = 0; i < nranks; ++i) worst = std::min(worst, bwGBps(i, (i + 1) % nranks));
+  return worst > 0 ? worst : kNominalBwGBps;
+}
+
+double GroupView::ringAlphaUs() const {
+  double worst = 0;
+  for (int i = 0; i < nranks; ++i) worst = std::max(worst, alphaUs(i, (i + 1) % nranks));
+  return nranks > 1 ? worst : 0;
 }
 
 }  // namespace hetcomm::coll

@@ -50,6 +50,23 @@ struct GroupView {
   bool lateReceiveIsFree(int peer) const {
     return peer >= 0 && static_cast<size_t>(peer) < lateReceiveFree.size() && lateReceiveFree[peer];
   }
+
+  // Where the ranks are, from the topology: a host and an island (hosts joined by one fast fabric) per rank,
+  // numbered densely from 0. Empty: every rank its own host, all in one island (nothing known).
+  std::vector<int> host, island;
+  int hostOf(int r) const { return host.empty() ? r : host[r]; }
+  int islandOf(int r) const { return island.empty() ? 0 : island[r]; }
+
+  // The link model the cost model reads: alpha (us) and bandwidth (GB/s, 1e9 B/s) per ordered rank pair, row
+  // major n x n, from the topology's link matrix (nominal, or measured by the probe). Empty: a nominal 10 GbE
+  // link for every pair.
+  std::vector<double> alpha, bw;
+  static constexpr double kNominalAlphaUs = 20, kNominalBwGBps = 1.25;
+  double alphaUs(int i, int j) const { return alpha.empty() ? kNominalAlphaUs : alpha[size_t(i) * nranks + j]; }
+  double bwGBps(int i, int j) const { return bw.empty() ? kNominalBwGBps : bw[size_t(i) * nranks + j]; }
+  // The slowest hop of the ring in rank order (what bounds ring and chain algorithms), and its worst alpha.
+  double ringBwGBps() const;
+  double ringAlphaUs() const;
 };
 
 }  // namespace hetcomm::coll

@@ -14,6 +14,18 @@ Ring::Ring(const GroupView& g, size_t count, kernels::DataType dtype)
       blocks(evenBlocks(count, g.nranks)),
       ch(chunkingFor(blocks.maxCount, kernels::sizeOf(dtype), g.chunkBytes)) {}
 
+Ring::Ring(const GroupView& g, const std::vector<int>& members, int index, size_t chunks, size_t perChunk,
+           kernels::DataType dtype)
+    : n(static_cast<int>(members.size())),
+      r(index),
+      next(members[(index + 1) % members.size()]),
+      prev(members[(index + members.size() - 1) % members.size()]),
+      lateReceiveFree(g.lateReceiveIsFree(prev)),
+      esz(kernels::sizeOf(dtype)) {
+  ch.nchunks = std::max<size_t>(1, chunks);
+  ch.per = std::max<size_t>(1, perChunk);
+}
+
 Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
   size_t cnt = blocks.count[b];
   size_t lo = ch.begin(c, cnt), hi = ch.end(c, cnt);
@@ -36,7 +48,8 @@ size_t ringStageBytes(const Ring& ring) { return ringStageSlots(ring) * ring.ch.
 
 ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const ChunkSlice& input,
                                          const StepChunkSlice& acc, const std::function<Slice(size_t c)>& out,
-                                         size_t stageBase, uint32_t tagBase) {
+                                         size_t stageBase, uint32_t tagBase,
+                                         const std::vector<uint32_t>& inputReady, bool finalDivide) {
   const int n = ring.n, r = ring.r;
   const size_t nc = ring.ch.nchunks;
   ReduceScatterSteps res;
@@ -53,6 +66,7 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
       Slice src = k == 0 ? input(sendBlock, c) : acc(k - 1, sendBlock, c);
       uint32_t snd = s.send(ring.next, tag, src);
       if (k > 0) s.steps[snd].dependOn(reduces[k - 1][c]);
+      if (k == 0 && !inputReady.empty()) s.steps[snd].dependOn(inputReady[c]);
       res.sends[k][c] = snd;
       // Receive into the next staging slot, free once the reduce that used it `slots` receives ago is done.
       Slice in = input(recvBlock, c);
@@ -64,12 +78,13 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
       Slice dst = k == n - 2 ? out(c) : acc(k, recvBlock, c);
       uint32_t red = s.reduce(dst, in, stage);
       s.steps[red].dependOn(rcv);
+      if (k == 0 && !inputReady.empty()) s.steps[red].dependOn(inputReady[c]);
       // acc slots may be reused every other step (reduce-scatter into scratch): wait for the send that read it.
       if (k >= 1) s.steps[red].dependOn(res.sends[k - 1][c]);
       reduces[k][c] = red;
       byOrder.push_back(red);
       res.done[c] = red;
-      if (k == n - 2 && s.op == kernels::RedOp::kAvg) {
+      if (k == n - 2 && finalDivide && s.op == kernels::RedOp::kAvg) {
         uint32_t div = s.divide(dst);
         s.steps[div].dependOn(red);
         res.done[c] = div;
@@ -79,12 +94,25 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
   return res;
 }
 
-void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, const ChunkSlice& ownSource,
-                       const std::vector<uint32_t>& ownReady, const std::vector<std::vector<uint32_t>>& notBefore,
-                       uint32_t tagBase) {
+uint32_t joinSteps(Schedule& s, const std::vector<uint32_t>& steps) {
+  uint32_t join = 0;
+  bool first = true;
+  for (size_t i = 0; i < steps.size() || first;) {
+    join = s.copy(Slice{Buf::kRecv, 0, 0}, Slice{Buf::kRecv, 0, 0});
+    if (!first) s.steps[join].dependOn(join - 1);  // the previous join, emitted just before
+    for (int d = first ? 0 : 1; d < Step::kMaxDeps && i < steps.size(); ++d) s.steps[join].dependOn(steps[i++]);
+    first = false;
+  }
+  return join;
+}
+
+std::vector<uint32_t> emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at,
+                                        const ChunkSlice& ownSource, const std::vector<uint32_t>& ownReady,
+                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase) {
   const int n = ring.n, r = ring.r;
   const size_t nc = ring.ch.nchunks;
   std::vector<uint32_t> prevRecv(nc);
+  std::vector<std::vector<uint32_t>> arrived(nc);  // per chunk: the receives (and own block) it waits for
   for (int k = 0; k < n - 1; ++k) {
     const int sendBlock = ring.mod(r - k), recvBlock = ring.mod(r - k - 1);
     for (size_t c = 0; c < nc; ++c) {
@@ -95,8 +123,15 @@ void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, cons
       uint32_t rcv = s.recv(ring.prev, tag, at(recvBlock, c));
       if (!notBefore.empty()) s.steps[rcv].dependOn(notBefore[k][c]);
       prevRecv[c] = rcv;
+      arrived[c].push_back(rcv);
     }
   }
+  std::vector<uint32_t> done(nc);
+  for (size_t c = 0; c < nc; ++c) {
+    if (!ownReady.empty()) arrived[c].push_back(ownReady[c]);
+    done[c] = joinSteps(s, arrived[c]);
+  }
+  return done;
 }
 
 }  // namespace hetcomm::coll

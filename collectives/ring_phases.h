@@ -15,6 +15,11 @@ namespace hetcomm::coll {
 
 struct Ring {
   Ring(const GroupView& g, size_t count, kernels::DataType dtype);
+  // A ring over some of the group's ranks, for planners that lay out blocks and chunks themselves through the
+  // slice functions (blocks/chunk() stay empty): members in ring order, this rank at members[index], `chunks`
+  // chunks per block of at most perChunk elements each (the staging slot size).
+  Ring(const GroupView& g, const std::vector<int>& members, int index, size_t chunks, size_t perChunk,
+       kernels::DataType dtype);
   int n, r, next, prev;
   bool lateReceiveFree;  // from prev (GroupView::lateReceiveIsFree)
   size_t esz;
@@ -38,15 +43,22 @@ struct ReduceScatterSteps {
 
 // input(b, c): this rank's contribution; acc(k, b, c): partial sum written by step k < n-2; out(c): the final
 // chunk of block r. Tags start at tagBase. Needs scratch for two staging slots per chunk at stageBase.
+// inputReady[c] (may be empty): the step after which chunk c of every input block may be read. finalDivide:
+// whether Avg divides here (a hierarchical plan divides once, in its last reduce-scatter).
 ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const ChunkSlice& input,
                                          const StepChunkSlice& acc, const std::function<Slice(size_t c)>& out,
-                                         size_t stageBase, uint32_t tagBase);
+                                         size_t stageBase, uint32_t tagBase,
+                                         const std::vector<uint32_t>& inputReady = {}, bool finalDivide = true);
 
 // Block b of the result lives at at(b, c); block r is ready after ownReady[c] (may be empty: no dependency).
-// Receives into block b wait for notBefore[k][c] (may be empty), for buffers still being read.
-void emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at, const ChunkSlice& ownSource,
-                       const std::vector<uint32_t>& ownReady, const std::vector<std::vector<uint32_t>>& notBefore,
-                       uint32_t tagBase);
+// Receives into block b wait for notBefore[k][c] (may be empty), for buffers still being read. Returns per
+// chunk a step after which chunk c of every block is in place.
+std::vector<uint32_t> emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at,
+                                        const ChunkSlice& ownSource, const std::vector<uint32_t>& ownReady,
+                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase);
+
+// A step that completes once all of `steps` have (a chain of empty copies, Step::kMaxDeps at a time).
+uint32_t joinSteps(Schedule& s, const std::vector<uint32_t>& steps);
 
 // Scratch bytes for the staging slots of received chunks (see ring_phases.cc).
 size_t ringStageBytes(const Ring& ring);

@@ -129,8 +129,8 @@ Result<std::array<TransportPtr, kKinds>> startTransports(const transport::Config
     transport::verbs::Availability av = transport::verbs::discover(ibHcaSpec());
     Status st = okStatus();
     if (av.ports.empty()) {
-      st = systemError("%s", av.reason.c_str());
-    } else if (auto t = transport::verbs::VerbsTransport::create(tc); !t) {
+      st = Status(av.code, av.reason);
+    } else if (auto t = transport::verbs::VerbsTransport::create(tc, av); !t) {
       st = t.error();
     } else {
       st = listen(Kind::kVerbs, std::move(*t));
@@ -289,11 +289,8 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
     transports_.push_back(std::move(ts[k]));
   }
   connPtrs_.resize(nranks_);
-  lateReceiveFree_.assign(nranks_, 0);
-  for (int p = 0; p < nranks_; ++p) {
-    connPtrs_[p] = conns_[p].get();
-    if (conns_[p]) lateReceiveFree_[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
-  }
+  for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
+  group_ = groupView(*cluster_, *links_);
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
@@ -319,6 +316,47 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
                conns_[p]->describe().c_str(), choices_[p].why.c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
+}
+
+// What the planners and the cost model see of this communicator: per peer whether late receives are free, each
+// rank's host and island (hosts joined by an RDMA fabric: connected components over the ib and roce fabrics),
+// and the link matrix's alpha and bandwidth per pair.
+coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
+  coll::GroupView g;
+  g.rank = rank_;
+  g.nranks = nranks_;
+  g.chunkBytes = chunkBytes_;
+  g.lateReceiveFree.assign(nranks_, 0);
+  for (int p = 0; p < nranks_; ++p)
+    if (conns_[p]) g.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
+  const int nh = view.nhosts();
+  std::vector<int> parent(nh);
+  for (int h = 0; h < nh; ++h) parent[h] = h;
+  auto root = [&](int h) {
+    while (parent[h] != h) h = parent[h] = parent[parent[h]];
+    return h;
+  };
+  for (const topo::Fabric& f : view.fabrics())
+    if (f.kind != topo::NicKind::kEth)
+      for (int h : f.hosts) parent[root(h)] = root(f.hosts.front());
+  std::vector<int> islandOfRoot(nh, -1);
+  int islands = 0;
+  for (int h = 0; h < nh; ++h)
+    if (islandOfRoot[root(h)] < 0) islandOfRoot[root(h)] = islands++;
+  g.host.resize(nranks_);
+  g.island.resize(nranks_);
+  g.alpha.resize(size_t(nranks_) * nranks_);
+  g.bw.resize(size_t(nranks_) * nranks_);
+  for (int r = 0; r < nranks_; ++r) {
+    g.host[r] = view.hostOf(r);
+    g.island[r] = islandOfRoot[root(view.hostOf(r))];
+    for (int q = 0; q < nranks_; ++q) {
+      const topo::Link& l = links.at(r, q);
+      g.alpha[size_t(r) * nranks_ + q] = l.alphaUs;
+      g.bw[size_t(r) * nranks_ + q] = l.bwGBps > 0 ? l.bwGBps : coll::GroupView::kNominalBwGBps;
+    }
+  }
+  return g;
 }
 
 // One INFO line per (transport, reason) this rank uses: "rank 0: transport shm to ranks 1-3: same host".
@@ -348,17 +386,17 @@ bool Communicator::readyToSleep() {
 
 // One INFO line per collective: the algorithm the selection picks, with its predicted time, at a few sizes.
 void Communicator::logAlgorithmTable() const {
-  coll::GroupView g{rank_, nranks_, chunkBytes_, lateReceiveFree_};
+  const coll::GroupView& g = group_;
   for (int k = 0; k <= static_cast<int>(coll::CollKind::kAlltoAll); ++k) {
     std::string line;
     for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{64} << 20}) {
       coll::Args a;
       a.kind = static_cast<coll::CollKind>(k);
       a.count = bytes / 4;
-      auto algo = coll::selectAlgorithm(a, g, forcedAlgo_);
-      if (!algo) continue;
-      line += format("  %s: %.*s ~%.0f us", humanBytes(bytes).c_str(), (int)(*algo)->name().size(),
-                     (*algo)->name().data(), (*algo)->estimateUs(a, g, coll::kNominalAlphaUs, coll::kNominalBwGBps));
+      auto sel = coll::selectAlgorithm(a, g, forcedAlgo_);
+      if (!sel) continue;
+      line += format("  %s: %.*s ~%.0f us", humanBytes(bytes).c_str(), (int)sel->algo->name().size(),
+                     sel->algo->name().data(), sel->predictedUs);
     }
     HC_INFO(Coll, "algorithm %-13s%s", coll::name(static_cast<coll::CollKind>(k)), line.c_str());
   }
@@ -446,8 +484,9 @@ void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
 }
 
 Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(const Op& op) {
-  coll::GroupView g{rank_, nranks_, chunkBytes_, lateReceiveFree_};
-  HC_ASSIGN_OR_RETURN(const coll::Algorithm* algo, coll::selectAlgorithm(op.args, g, forcedAlgo_));
+  const coll::GroupView& g = group_;
+  HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(op.args, g, forcedAlgo_));
+  const coll::Algorithm* algo = sel.algo;
   if (op.args.kind == coll::CollKind::kSendRecv) {
     HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(op.args, g));
     return std::make_shared<const coll::Schedule>(std::move(s));

@@ -92,6 +92,7 @@ class Communicator {
   void setBusy(bool busy);
   void logAlgorithmTable() const;
   void logTransportChoices() const;
+  coll::GroupView groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const;
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);
@@ -113,7 +114,7 @@ class Communicator {
   std::vector<transport::Connection*> connPtrs_;
   std::vector<PairChoice> choices_;  // by rank: the transport to each peer, and why
   std::vector<int> waitFds_;
-  std::vector<uint8_t> lateReceiveFree_;              // per peer, for chunk-sized messages (GroupView::lateReceiveFree)
+  coll::GroupView group_;                             // what planners see: late receives, hosts, islands, links
   std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   bool attached_ = false;

@@ -9,7 +9,8 @@ class PairwiseAlltoAll final : public Algorithm {
  public:
   std::string_view name() const override { return "pairwise"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAlltoAll; }
-  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     double block = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     return alphaUs + (g.nranks - 1) * block / (bwGBps * 1e3);
   }

@@ -9,7 +9,8 @@ class ChainBroadcast final : public Algorithm {
  public:
   std::string_view name() const override { return "chain"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kBroadcast; }
-  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
     return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));

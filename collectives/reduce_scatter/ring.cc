@@ -10,7 +10,8 @@ class RingReduceScatter final : public Algorithm {
  public:
   std::string_view name() const override { return "ring"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduceScatter; }
-  double estimateUs(const Args& a, const GroupView& g, double alphaUs, double bwGBps) const override {
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
     return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
   }

@@ -9,7 +9,8 @@ class DirectSendRecv final : public Algorithm {
  public:
   std::string_view name() const override { return "direct"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kSendRecv; }
-  double estimateUs(const Args& a, const GroupView&, double alphaUs, double bwGBps) const override {
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     size_t most = 0;
     for (const auto& op : a.p2p) most = std::max(most, op.bytes);
     return alphaUs + static_cast<double>(most) / (bwGBps * 1e3);

@@ -1,6 +1,10 @@
 // hetcomm-run: starts N ranks of a program on this host, like torchrun or mpirun.
 //
 //   hetcomm-run -np 4 [-x NAME[=VALUE]]... [--no-prefix] [--grace SEC] [--] program [args...]
+//   hetcomm-run --cluster clusters/mixed-4x2.json [--ranks-per-host K] [...] program [args...]
+//
+// With --cluster, the ranks run on an emulated cluster (scripts/emulate-cluster.sh up): rank r on host r / K,
+// inside that host's network namespace, with HETCOMM_HOSTID and HETCOMM_TOPO_FILE saying where it is.
 //
 // The launcher hosts the job's rendezvous store itself and tells each rank where it is through HETCOMM_* variables
 // (HETCOMM_STORE=external), so no rank has to be special. It merges the ranks' output as "[rank] " lines, forwards
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "comm/bootstrap/store.h"
+#include "comm/launcher/emulated_cluster.h"
 #include "comm/launcher/process_group.h"
 #include "common/crypto.h"
 #include "common/strings.h"
@@ -40,6 +45,8 @@ constexpr const char* kOwnedVariables[] = {
 
 struct LaunchOptions {
   int nranks = 0;
+  std::string cluster;    // --cluster: a cluster file whose emulation is up
+  int ranksPerHost = 0;   // --ranks-per-host (0: the cluster file's)
   std::vector<std::string> exports;  // -x arguments as given
   bool noPrefix = false;
   double graceSec = 3;
@@ -77,9 +84,14 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
       "hosts their rendezvous store.\n",
       "hetcomm-run");
   app.formatter(std::make_shared<UsageFormatter>());
-  app.add_option("-n,--np,--nproc-per-node", opts.nranks, "Number of ranks to start (also -np)")
-      ->required()
+  app.add_option("-n,--np,--nproc-per-node", opts.nranks,
+                 "Number of ranks to start (also -np); with --cluster, hosts x ranks per host when omitted")
       ->check(CLI::Range(1, 65536));
+  app.add_option("--cluster", opts.cluster,
+                 "Run on an emulated cluster (scripts/emulate-cluster.sh up FILE): each rank in its host's network "
+                 "namespace");
+  app.add_option("--ranks-per-host", opts.ranksPerHost, "With --cluster: ranks per host (default: the file's)")
+      ->check(CLI::Range(1, 4096));
   app.add_option("-x", opts.exports, "Export NAME=VALUE, or NAME from this environment, to every rank (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -121,6 +133,14 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "hetcomm-run: %s\nRun 'hetcomm-run --help' for usage.\n", e.what());
+    return kUsageExit;
+  }
+  if (opts.nranks == 0 && opts.cluster.empty()) {
+    std::fprintf(stderr, "hetcomm-run: -np is required (or --cluster)\nUsage: %s\n", kUsage);
+    return kUsageExit;
+  }
+  if (opts.ranksPerHost && opts.cluster.empty()) {
+    std::fprintf(stderr, "hetcomm-run: --ranks-per-host needs --cluster\n");
     return kUsageExit;
   }
   if (opts.program.empty()) {
@@ -176,15 +196,25 @@ bool sharedEnvironment(const std::vector<std::string>& exports, std::vector<std:
   return true;
 }
 
+// Where a rank runs: on this host (every rank local), or on a host of an emulated cluster.
+struct Placement {
+  int localRank = 0, localSize = 1;
+  std::string storeAddr = "127.0.0.1";
+  std::string hostId, topoFile;  // emulated only
+};
+
 std::vector<std::string> rankEnvironment(const std::vector<std::string>& shared, int rank, int nranks,
-                                         uint16_t storePort, const std::string& secretHex) {
+                                         const Placement& at, uint16_t storePort, const std::string& secretHex) {
   std::vector<std::string> env = shared;
-  // One host: the local rank is the rank. A multi-host launch would number them per host.
   env.push_back(format("HETCOMM_RANK=%d", rank));
   env.push_back(format("HETCOMM_WORLD_SIZE=%d", nranks));
-  env.push_back(format("HETCOMM_LOCAL_RANK=%d", rank));
-  env.push_back(format("HETCOMM_LOCAL_WORLD_SIZE=%d", nranks));
-  env.push_back("HETCOMM_MASTER_ADDR=127.0.0.1");
+  env.push_back(format("HETCOMM_LOCAL_RANK=%d", at.localRank));
+  env.push_back(format("HETCOMM_LOCAL_WORLD_SIZE=%d", at.localSize));
+  env.push_back("HETCOMM_MASTER_ADDR=" + at.storeAddr);
+  if (!at.hostId.empty()) {
+    env.push_back("HETCOMM_HOSTID=" + at.hostId);
+    env.push_back("HETCOMM_TOPO_FILE=" + at.topoFile);
+  }
   env.push_back(format("HETCOMM_MASTER_PORT=%u", static_cast<unsigned>(storePort)));
   env.push_back("HETCOMM_SECRET=" + secretHex);
   env.push_back("HETCOMM_STORE=external");
@@ -228,15 +258,52 @@ int launch(int argc, char** argv) {
     std::fprintf(stderr, "hetcomm-run: cannot make the job secret: %s\n", st.toString().c_str());
     return 1;
   }
-  // Loopback only: every rank is on this host, and nothing else should even see the port.
-  auto store = StoreServer::start("127.0.0.1", 0, secret);
+  // Where each rank runs; an emulated cluster's ranks reach the store through their host's fabric.
+  std::vector<Placement> placement;
+  std::string bindAddr = "127.0.0.1";  // loopback: every rank is on this host, and nothing else should see the port
+  if (!opts.cluster.empty()) {
+    auto cluster = loadEmulatedCluster(opts.cluster);
+    if (!cluster) {
+      std::fprintf(stderr, "hetcomm-run: %s\n", std::string(cluster.error().message()).c_str());
+      return kUsageExit;
+    }
+    const int k = opts.ranksPerHost ? opts.ranksPerHost : cluster->ranksPerHost;
+    const int capacity = k * static_cast<int>(cluster->hosts.size());
+    if (opts.nranks == 0) opts.nranks = capacity;
+    if (opts.nranks > capacity) {
+      std::fprintf(stderr, "hetcomm-run: -np %d does not fit cluster %s: %zu hosts x %d ranks per host\n",
+                   opts.nranks, cluster->name.c_str(), cluster->hosts.size(), k);
+      return kUsageExit;
+    }
+    for (int rank = 0; rank < opts.nranks; ++rank) {
+      const EmulatedHost& h = cluster->hosts[rank / k];
+      Placement at{rank % k, std::min(k, opts.nranks - rank / k * k), h.storeAddr, h.name, cluster->topoFile};
+      placement.push_back(at);
+      int fd = open(("/run/netns/" + h.netns).c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        std::fprintf(stderr, "hetcomm-run: network namespace %s of host %s: %s (is the cluster up?)\n",
+                     h.netns.c_str(), h.name.c_str(), std::strerror(errno));
+        return 1;
+      }
+      spec.netnsFds.push_back(fd);
+    }
+    bindAddr = "0.0.0.0";  // the emulator's bridges carry the store's addresses, one per fabric
+  } else {
+    for (int rank = 0; rank < opts.nranks; ++rank) {
+      Placement at;
+      at.localRank = rank;
+      at.localSize = opts.nranks;
+      placement.push_back(at);
+    }
+  }
+  auto store = StoreServer::start(bindAddr, 0, secret);
   if (!store.has_value()) {
     std::fprintf(stderr, "hetcomm-run: cannot start the rendezvous store: %s\n", store.error().toString().c_str());
     return 1;
   }
   std::string secretHex = toHex(secret.data(), secret.size());
   for (int rank = 0; rank < opts.nranks; ++rank) {
-    spec.envs.push_back(rankEnvironment(shared, rank, opts.nranks, (*store)->port(), secretHex));
+    spec.envs.push_back(rankEnvironment(shared, rank, opts.nranks, placement[rank], (*store)->port(), secretHex));
   }
   return runJob(spec);
 }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -95,11 +96,17 @@ struct Rank {
 // Runs between fork and exec, so only async-signal-safe calls: the store's thread may have held a lock (malloc's,
 // stdio's) at the moment of fork, and it never releases it in the child.
 [[noreturn]] void execRank(const char* path, char* const* argv, char* const* envp, int stdinFd, int outFd, int errFd,
-                           int execErrFd, pid_t launcher) {
+                           int execErrFd, pid_t launcher, int netnsFd) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork and prctl; then nothing would ever kill this rank.
   if (getppid() != launcher) _exit(127);
+  if (netnsFd >= 0 && setns(netnsFd, CLONE_NEWNET) != 0) {  // an emulated host's network (hetcomm-run --cluster)
+    int err = errno;
+    ssize_t ignored = write(execErrFd, &err, sizeof(err));
+    (void)ignored;
+    _exit(127);
+  }
   if (dup2(stdinFd, STDIN_FILENO) >= 0 && dup2(outFd, STDOUT_FILENO) >= 0 && dup2(errFd, STDERR_FILENO) >= 0) {
     sigaction(SIGPIPE, &gOriginalSigpipe, nullptr);
     sigprocmask(SIG_SETMASK, &gOriginalMask, nullptr);
@@ -268,7 +275,7 @@ int Job::spawn(Rank& rank) {
   pid_t pid = fork();
   if (pid == 0) {
     execRank(spec_.path.c_str(), argv_.data(), envp_[rank.index].data(), stdinFd, outPipe[1], errPipe[1], execPipe[1],
-             launcher);
+             launcher, spec_.netnsFds.empty() ? -1 : spec_.netnsFds[rank.index]);
   }
   int forkErr = errno;
   close(outPipe[1]);

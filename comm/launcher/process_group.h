@@ -19,6 +19,7 @@ struct JobSpec {
   std::vector<std::vector<std::string>> envs;  // one "NAME=VALUE" list per rank; envs.size() is the rank count
   bool prefixOutput = true;                    // "[rank] " before each line; false passes lines unchanged
   double graceSec = 3;                         // between SIGTERM (or the forwarded signal) and SIGKILL
+  std::vector<int> netnsFds;                   // empty, or per rank a network namespace to enter before exec
 };
 
 // Blocks the signals runJob() receives through its signalfd and ignores SIGPIPE (a closed stdout must not kill

@@ -95,9 +95,15 @@ class SimConnection final : public transport::Connection {
 // deadlock (no rank moves).
 // lateReceiveFree: plan as for a transport whose late receives are free (GroupView::lateReceiveFree), i.e. with
 // the few-slot staging; the simulator's rendezvous completion is exactly that transport.
+// Where the simulated ranks are (GroupView::host, island, bw), for topology-aware planners; empty: unknown.
+struct SimTopology {
+  std::vector<int> host, island;
+  std::vector<double> bw;  // n x n GB/s
+};
+
 inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vector<std::vector<std::byte*>> bufs,
                            size_t chunkBytes, const std::string& forcedAlgo = "", SimHub* hubOut = nullptr,
-                           bool lateReceiveFree = false) {
+                           bool lateReceiveFree = false, const SimTopology& topo = {}) {
   SimHub hub;
   std::vector<std::vector<std::unique_ptr<SimConnection>>> conns(n);
   std::vector<std::unique_ptr<coll::Executor>> execs(n);
@@ -108,10 +114,18 @@ inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vect
       conns[r].push_back(p == r ? nullptr : std::make_unique<SimConnection>(&hub, r, p));
       ptrs[p] = conns[r][p].get();
     }
-    coll::GroupView g{r, n, chunkBytes, std::vector<uint8_t>(n, lateReceiveFree ? 1 : 0)};
+    coll::GroupView g;
+    g.rank = r;
+    g.nranks = n;
+    g.chunkBytes = chunkBytes;
+    g.lateReceiveFree.assign(n, lateReceiveFree ? 1 : 0);
+    g.host = topo.host;
+    g.island = topo.island;
+    g.bw = topo.bw;
+    if (!g.bw.empty()) g.alpha.assign(g.bw.size(), 10.0);
     auto algo = coll::selectAlgorithm(args[r], g, forcedAlgo);
     if (!algo) return algo.error();
-    auto plan = (*algo)->plan(args[r], g);
+    auto plan = algo->algo->plan(args[r], g);
     if (!plan) return plan.error();
     std::string bad = plan->validate(args[r].sendBytes(n), args[r].recvBytes(n));
     if (!bad.empty()) return internalError("rank %d: invalid schedule: %s", r, bad.c_str());

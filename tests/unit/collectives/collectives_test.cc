@@ -73,7 +73,8 @@ Buffer reduceAll(const std::vector<Buffer>& in, size_t offsetElems, size_t count
   return acc;
 }
 
-void runCase(const Case& c, size_t chunkBytes, bool lateReceiveFree = false) {
+void runCase(const Case& c, size_t chunkBytes, bool lateReceiveFree = false, const std::string& algo = "",
+             const testing::SimTopology& topo = {}) {
   SCOPED_TRACE(describe(c));
   const int n = c.n;
   const size_t esz = kernels::sizeOf(c.dtype);
@@ -115,7 +116,7 @@ void runCase(const Case& c, size_t chunkBytes, bool lateReceiveFree = false) {
     }
     bufs[r] = {sb, rb};
   }
-  Status st = testing::runSimulated(n, args, bufs, chunkBytes, "", nullptr, lateReceiveFree);
+  Status st = testing::runSimulated(n, args, bufs, chunkBytes, algo, nullptr, lateReceiveFree, topo);
   ASSERT_TRUE(st.ok()) << st.toString();
 
   for (int r = 0; r < n; ++r) {
@@ -235,10 +236,11 @@ TEST(Collectives, SelectionHonoursForcedAlgorithmAndRejectsUnknown) {
   Args a;
   a.kind = CollKind::kAllReduce;
   a.count = 1 << 20;
-  GroupView g{0, 4, 512 << 10};
+  GroupView g;
+  g.nranks = 4;
   auto ring = selectAlgorithm(a, g, "ring");
   ASSERT_TRUE(ring);
-  EXPECT_EQ((*ring)->name(), "ring");
+  EXPECT_EQ(ring->algo->name(), "ring");
   auto bad = selectAlgorithm(a, g, "no-such-algorithm");
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code(), Code::kInvalidArgument);
@@ -254,6 +256,65 @@ TEST(Collectives, EvenBlocksAndChunking) {
   EXPECT_EQ(ch.per, 250u);
   EXPECT_EQ(ch.end(3, 1000), 1000u);
   EXPECT_EQ(ch.begin(3, 600), 600u);  // a shorter block has empty trailing chunks
+}
+
+// A cluster shape: `hosts` hosts of `perHost` ranks, hosts split evenly into `islands` islands (rank r on host
+// r / perHost, host h in island h * islands / hosts). Links: 10 GB/s within a host, 1 within an island, 0.1 across.
+testing::SimTopology shape(int hosts, int perHost, int islands) {
+  testing::SimTopology t;
+  const int n = hosts * perHost;
+  for (int r = 0; r < n; ++r) {
+    t.host.push_back(r / perHost);
+    t.island.push_back(r / perHost * islands / hosts);
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j)
+      t.bw.push_back(t.host[i] == t.host[j] ? 10.0 : t.island[i] == t.island[j] ? 1.0 : 0.1);
+  return t;
+}
+
+TEST(Collectives, HierarchicalAllReduceOnEveryUniformShape) {
+  struct Shape {
+    int hosts, perHost, islands;
+  };
+  // Three levels, host + island, host + cross, island + cross, and three islands.
+  for (Shape sh : {Shape{4, 2, 2}, Shape{2, 2, 1}, Shape{3, 3, 3}, Shape{4, 1, 2}, Shape{6, 2, 3}})
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{70001}})
+      for (bool inPlace : {false, true})
+        runCase({CollKind::kAllReduce, sh.hosts * sh.perHost, count, DataType::kFloat32, RedOp::kSum, 0, inPlace},
+                4096, false, "hier", shape(sh.hosts, sh.perHost, sh.islands));
+}
+
+TEST(Collectives, HierarchicalAllReduceEveryDatatypeAndOp) {
+  for (DataType t : kAllTypes)
+    for (RedOp op : kAllOps)
+      for (bool late : {false, true})
+        runCase({CollKind::kAllReduce, 8, 5003, t, op, 0, false}, 1024, late, "hier", shape(4, 2, 2));
+}
+
+TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 16 << 20;
+  testing::SimTopology t = shape(4, 2, 2);
+  GroupView g;
+  g.nranks = 8;
+  g.host = t.host;
+  g.island = t.island;
+  g.bw = t.bw;
+  g.alpha.assign(t.bw.size(), 10.0);
+  auto best = selectAlgorithm(a, g, "");
+  ASSERT_TRUE(best);
+  EXPECT_EQ(best->algo->name(), "hier");
+  auto ring = selectAlgorithm(a, g, "ring");
+  ASSERT_TRUE(ring);
+  // Ring: every hop carries 2(n-1)/n of the buffer, and two hops cross the 0.1 GB/s links. Hier: only 1/4 of the
+  // buffer reaches the cross-island level, where each host's 2 ranks share the link.
+  EXPECT_GT(ring->predictedUs / best->predictedUs, 2.5);
+  // Uneven hosts (3 ranks on host 0, 1 on host 1): hier cannot plan it, and says so when forced.
+  g.host = {0, 0, 0, 1, 2, 2, 3, 3};
+  EXPECT_FALSE(selectAlgorithm(a, g, "")->algo->name() == "hier");
+  EXPECT_EQ(selectAlgorithm(a, g, "hier")->algo->name(), "ring");
 }
 
 }  // namespace

@@ -1,0 +1,236 @@
+#!/usr/bin/env bash
+# emulate-cluster.sh: builds (up) or removes (down) an emulated cluster on this machine from a cluster file.
+#
+#   scripts/emulate-cluster.sh up CLUSTER.json      one network namespace per host, one bridge per fabric, one
+#                                                   veth pair per NIC shaped with tc tbf at the NIC's rate in
+#                                                   both directions; writes the matching HETCOMM_TOPO_FILE
+#   scripts/emulate-cluster.sh down CLUSTER.json    removes everything `up` made for that cluster
+#   scripts/emulate-cluster.sh down --all           removes every emulated cluster (after a crash, say)
+#   scripts/emulate-cluster.sh info CLUSTER.json    prints the state file (namespaces, addresses, topology file)
+#
+# A cluster file (clusters/*.json):
+#   {"name": "mixed-4x2", "ranksPerHost": 2,
+#    "hosts": [{"name": "h0", "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 1600, "fabric": "ib-a"}, ...]},
+#              ...]}
+# kind is ib | roce | eth (what the topology file declares; the link itself is a veth), rateMbps the shaped rate,
+# fabric the name of the bridge the NIC hangs on. Fabric number f gets the subnet 10.S.f.0/24 (S from the
+# cluster's name), host number i the address .(i+1) there, and the bridge .254 (the rendezvous store listens on
+# it, in the root namespace; the root namespace never routes between fabrics).
+#
+# `up` is idempotent: when the cluster is already up it says so; a half-built one is removed and rebuilt.
+# State lives in /run/hetcomm-emulate/NAME.json, the topology file in /run/hetcomm-emulate/NAME.topo.json
+# (hetcomm-run --cluster reads both). Needs root (network namespaces, tc).
+set -euo pipefail
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+[[ $# -ge 1 ]] || usage 2
+case $1 in -h|--help) usage 0 ;; esac
+if [[ $(id -u) -ne 0 ]]; then
+  echo "emulate-cluster: needs root (it creates network namespaces, bridges and tc qdiscs); run it with sudo" >&2
+  exit 1
+fi
+for t in ip tc python3; do
+  command -v "$t" >/dev/null 2>&1 || { echo "emulate-cluster: '$t' not found (iproute2, python3)" >&2; exit 1; }
+done
+
+exec python3 - "$@" <<'PY'
+import hashlib, json, os, subprocess, sys
+
+STATE_DIR = "/run/hetcomm-emulate"
+
+
+def die(msg):
+    sys.exit(f"emulate-cluster: {msg}")
+
+
+def run(*cmd, check=True):
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if check and r.returncode != 0:
+        die(f"{' '.join(cmd)} failed: {r.stderr.strip()}")
+    return r
+
+
+def load_cluster(path):
+    try:
+        with open(path) as f:
+            c = json.load(f)
+    except (OSError, ValueError) as e:
+        die(f"{path}: {e}")
+    where = lambda p: f"{path}: {p}"
+    if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not c["name"]:
+        die(where("$.name: a non-empty string is required"))
+    hosts = c.get("hosts")
+    if not isinstance(hosts, list) or not hosts:
+        die(where("$.hosts: a non-empty list is required"))
+    names = set()
+    for i, h in enumerate(hosts):
+        if not isinstance(h, dict) or not isinstance(h.get("name"), str) or not h["name"]:
+            die(where(f"$.hosts[{i}].name: a non-empty string is required"))
+        if h["name"] in names:
+            die(where(f"$.hosts[{i}].name: '{h['name']}' appears twice"))
+        names.add(h["name"])
+        nics = h.get("nics")
+        if not isinstance(nics, list) or not nics:
+            die(where(f"$.hosts[{i}].nics: a non-empty list is required"))
+        seen = set()
+        for j, n in enumerate(nics):
+            p = f"$.hosts[{i}].nics[{j}]"
+            if not isinstance(n, dict):
+                die(where(f"{p}: an object is required"))
+            nm = n.get("name")
+            if not isinstance(nm, str) or not (1 <= len(nm) <= 15) or "/" in nm or " " in nm or nm == "lo":
+                die(where(f"{p}.name: an interface name of 1-15 characters is required"))
+            if nm in seen:
+                die(where(f"{p}.name: '{nm}' appears twice on host {h['name']}"))
+            seen.add(nm)
+            if n.get("kind") not in ("ib", "roce", "eth"):
+                die(where(f"{p}.kind: expected one of ib, roce, eth, got {json.dumps(n.get('kind'))}"))
+            if not isinstance(n.get("rateMbps"), int) or not (1 <= n["rateMbps"] <= 400000):
+                die(where(f"{p}.rateMbps: an integer in [1, 400000] is required"))
+            if not isinstance(n.get("fabric"), str) or not n["fabric"]:
+                die(where(f"{p}.fabric: a non-empty string is required"))
+    rph = c.get("ranksPerHost", 1)
+    if not isinstance(rph, int) or rph < 1:
+        die(where("$.ranksPerHost: a positive integer is required"))
+    return c
+
+
+def plan(c):
+    """Names and addresses for every object, derived from the cluster name only (so down finds them again)."""
+    cid = hashlib.sha1(c["name"].encode()).hexdigest()[:5]
+    second = 200 + int(cid, 16) % 50
+    fabrics = []
+    for h in c["hosts"]:
+        for n in h["nics"]:
+            if n["fabric"] not in fabrics:
+                fabrics.append(n["fabric"])
+    if len(fabrics) > 250:
+        die("more than 250 fabrics")
+    kind_of = {}
+    for h in c["hosts"]:
+        for n in h["nics"]:
+            if kind_of.setdefault(n["fabric"], n["kind"]) != n["kind"]:
+                die(f"fabric {n['fabric']} has NICs of kinds {kind_of[n['fabric']]} and {n['kind']}")
+    p = {"name": c["name"], "id": cid, "ranksPerHost": c.get("ranksPerHost", 1), "fabrics": [], "hosts": []}
+    for f, name in enumerate(fabrics):
+        p["fabrics"].append({"name": name, "kind": kind_of[name], "bridge": f"hcb{cid}f{f}",
+                             "subnet": f"10.{second}.{f}.0/24", "storeAddr": f"10.{second}.{f}.254"})
+    for i, h in enumerate(c["hosts"]):
+        host = {"name": h["name"], "netns": f"hc-{cid}-{h['name']}", "nics": []}
+        for j, n in enumerate(h["nics"]):
+            f = fabrics.index(n["fabric"])
+            host["nics"].append({"name": n["name"], "kind": n["kind"], "rateMbps": n["rateMbps"],
+                                 "fabric": n["fabric"], "bridge": p["fabrics"][f]["bridge"],
+                                 "outer": f"hcv{cid}h{i}n{j}", "addr": f"10.{second}.{f}.{i + 1}",
+                                 "storeAddr": p["fabrics"][f]["storeAddr"]})
+        p["hosts"].append(host)
+    return p
+
+
+def netns_exists(ns):
+    return os.path.exists(f"/run/netns/{ns}")
+
+
+def shape(dev, mbps, ns=None):
+    # tbf: the bucket holds ~4 ms at the rate (at least 32 KiB, so one TSO burst fits), and the queue holds 50 ms.
+    burst = max(32 * 1024, mbps * 1000 * 1000 // 8 // 250)
+    cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbps}mbit", "burst", str(burst),
+           "latency", "50ms"]
+    run(*(["ip", "netns", "exec", ns] + cmd if ns else cmd))
+
+
+def down_plan(p):
+    for h in p["hosts"]:
+        for n in h["nics"]:
+            run("ip", "link", "del", n["outer"], check=False)
+        if netns_exists(h["netns"]):
+            run("ip", "netns", "del", h["netns"], check=False)
+    for f in p["fabrics"]:
+        run("ip", "link", "del", f["bridge"], check=False)
+
+
+def topo_file(c, p):
+    return {"version": 1,
+            "description": f"emulated cluster {c['name']} (scripts/emulate-cluster.sh): "
+                           + c.get("description", ""),
+            "hosts": [{"hostId": h["name"],
+                       "nics": [{"name": n["name"], "kind": n["kind"], "rateMbps": n["rateMbps"],
+                                 "fabric": n["fabric"], "state": "up"} for n in h["nics"]]}
+                      for h in p["hosts"]]}
+
+
+def up(c, p, state_path, topo_path):
+    if os.path.exists(state_path) and all(netns_exists(h["netns"]) for h in p["hosts"]) and all(
+            os.path.exists(f"/sys/class/net/{f['bridge']}") for f in p["fabrics"]):
+        print(f"emulate-cluster: {c['name']} is already up ({len(p['hosts'])} hosts); topology file {topo_path}")
+        return
+    down_plan(p)  # whatever a half-built earlier attempt left
+    for f in p["fabrics"]:
+        run("ip", "link", "add", "name", f["bridge"], "type", "bridge", "forward_delay", "0", "stp_state", "0")
+        run("ip", "addr", "add", f["storeAddr"] + "/24", "dev", f["bridge"])
+        run("ip", "link", "set", f["bridge"], "up")
+    for h in p["hosts"]:
+        ns = h["netns"]
+        run("ip", "netns", "add", ns)
+        run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        for n in h["nics"]:
+            run("ip", "link", "add", n["outer"], "type", "veth", "peer", "name", n["name"], "netns", ns)
+            run("ip", "link", "set", n["outer"], "master", n["bridge"])
+            run("ip", "link", "set", n["outer"], "up")
+            run("ip", "netns", "exec", ns, "ip", "addr", "add", n["addr"] + "/24", "dev", n["name"])
+            run("ip", "netns", "exec", ns, "ip", "link", "set", n["name"], "up")
+            shape(n["outer"], n["rateMbps"])          # fabric -> host
+            shape(n["name"], n["rateMbps"], ns=ns)    # host -> fabric
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(topo_path, "w") as f:
+        json.dump(topo_file(c, p), f, indent=2)
+        f.write("\n")
+    p["topoFile"] = topo_path
+    with open(state_path, "w") as f:
+        json.dump(p, f, indent=2)
+        f.write("\n")
+    print(f"emulate-cluster: {c['name']} is up: {len(p['hosts'])} hosts, {len(p['fabrics'])} fabrics; "
+          f"topology file {topo_path}")
+    for h in p["hosts"]:
+        print(f"  {h['name']} (netns {h['netns']}): " + ", ".join(
+            f"{n['name']} {n['kind']} {n['rateMbps']} Mbit/s {n['addr']} on {n['fabric']}" for n in h["nics"]))
+
+
+def main(argv):
+    if len(argv) < 2:
+        die("usage: emulate-cluster.sh up|down|info CLUSTER.json (or down --all)")
+    verb, arg = argv[0], argv[1]
+    if verb == "down" and arg == "--all":
+        names = [f for f in os.listdir(STATE_DIR) if f.endswith(".json") and not f.endswith(".topo.json")] \
+            if os.path.isdir(STATE_DIR) else []
+        for f in names:
+            with open(os.path.join(STATE_DIR, f)) as fh:
+                p = json.load(fh)
+            down_plan(p)
+            for path in (os.path.join(STATE_DIR, f), p.get("topoFile", "")):
+                if path and os.path.exists(path):
+                    os.remove(path)
+            print(f"emulate-cluster: {p['name']} is down")
+        return
+    c = load_cluster(arg)
+    p = plan(c)
+    state_path = os.path.join(STATE_DIR, c["name"] + ".json")
+    topo_path = os.path.join(STATE_DIR, c["name"] + ".topo.json")
+    if verb == "up":
+        up(c, p, state_path, topo_path)
+    elif verb == "down":
+        down_plan(p)
+        for path in (state_path, topo_path):
+            if os.path.exists(path):
+                os.remove(path)
+        print(f"emulate-cluster: {c['name']} is down")
+    elif verb == "info":
+        if not os.path.exists(state_path):
+            die(f"{c['name']} is not up (no {state_path})")
+        print(open(state_path).read(), end="")
+    else:
+        die(f"unknown command '{verb}': up, down or info")
+
+
+main(sys.argv[1:])
+PY
