@@ -642,6 +642,29 @@ hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* rank) {
   });
 }
 
+hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
+                                        hetcommDataType_t datatype, char* name, size_t nameLen, double* predictedUs) {
+  return guard("hetcommCommGetAlgorithm", [&]() -> Status {
+    if (!name && nameLen) return hetcomm::invalidArgument("name is NULL but nameLen is %zu", nameLen);
+    HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
+    HC_TRY(checkType(datatype));
+    if (coll < hetcommCollAllReduce || coll > hetcommCollAlltoAll)
+      return hetcomm::invalidArgument("collective %d is not a hetcommCollective_t", static_cast<int>(coll));
+    coll::Args a;
+    a.kind = static_cast<coll::CollKind>(coll);
+    a.count = count;
+    a.dtype = static_cast<kernels::DataType>(datatype);
+    HC_ASSIGN_OR_RETURN(coll::Selection sel, c->selectFor(a));
+    if (nameLen) {
+      size_t n = std::min(nameLen - 1, sel.algo->name().size());
+      std::memcpy(name, sel.algo->name().data(), n);
+      name[n] = '\0';
+    }
+    if (predictedUs) *predictedUs = sel.predictedUs;
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen, char* reason,
                                          size_t reasonLen) {
   return guard("hetcommCommPeerTransport", [&]() -> Status {

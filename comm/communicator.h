@@ -68,6 +68,11 @@ class Communicator {
   // Engine thread only, right before it sleeps: false when a transport has work waiting.
   bool readyToSleep();
 
+  // The algorithm a call with these arguments would run, and its predicted time (after init; any thread).
+  Result<coll::Selection> selectFor(const coll::Args& args) const {
+    return coll::selectAlgorithm(args, group_, forcedAlgo_);
+  }
+
   // The transport chosen for a peer and why (after init).
   const PairChoice& transportTo(int peer) const { return choices_[peer]; }
 

@@ -26,6 +26,7 @@ const CollTest kAllGather{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommAllGather(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, a.stream));
         },
+    .algo = hetcommCollAllGather,
 };
 }  // namespace
 

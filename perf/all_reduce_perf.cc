@@ -21,6 +21,7 @@ const CollTest kAllReduce{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommAllReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, a.stream));
         },
+    .algo = hetcommCollAllReduce,
 };
 }  // namespace
 

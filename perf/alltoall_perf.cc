@@ -26,6 +26,7 @@ const CollTest kAlltoAll{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommAlltoAll(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, a.stream));
         },
+    .algo = hetcommCollAlltoAll,
 };
 }  // namespace
 

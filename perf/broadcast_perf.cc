@@ -21,6 +21,7 @@ const CollTest kBroadcast{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommBroadcast(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, a.stream));
         },
+    .algo = hetcommCollBroadcast,
 };
 }  // namespace
 

@@ -21,6 +21,7 @@ const CollTest kReduce{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.root, a.comm, a.stream));
         },
+    .algo = hetcommCollReduce,
 };
 }  // namespace
 

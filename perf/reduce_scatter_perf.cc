@@ -26,6 +26,7 @@ const CollTest kReduceScatter{
         [](const RunArgs& a) {
           HC_PERF_CHECK(hetcommReduceScatter(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, a.stream));
         },
+    .algo = hetcommCollReduceScatter,
 };
 }  // namespace
 

@@ -132,11 +132,14 @@ def netns_exists(ns):
 
 
 def shape(dev, mbps, ns=None):
-    # tbf: the bucket holds ~4 ms at the rate (at least 32 KiB, so one TSO burst fits), and the queue holds 50 ms.
-    burst = max(32 * 1024, mbps * 1000 * 1000 // 8 // 250)
-    cmd = ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbps}mbit", "burst", str(burst),
-           "latency", "50ms"]
-    run(*(["ip", "netns", "exec", ns] + cmd if ns else cmd))
+    # A real NIC never sends faster than its rate, so the token bucket stays small: 1 ms at the rate, at least
+    # 32 KiB. Segmentation offload is capped at 16 KiB per packet to match (tbf drops packets larger than its
+    # bucket). The queue holds 50 ms.
+    burst = max(32 * 1024, mbps * 1000 * 1000 // 8 // 1000)
+    pre = ["ip", "netns", "exec", ns] if ns else []
+    run(*(pre + ["ip", "link", "set", "dev", dev, "gso_max_size", "16384"]))
+    run(*(pre + ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbps}mbit", "burst", str(burst),
+                 "latency", "50ms"]))
 
 
 def down_plan(p):

@@ -139,6 +139,20 @@ HETCOMM_API hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* r
 /* hetcomm extension: the transport this rank uses to reach peer ("shm", "tcp", "ucx" or "verbs") and why it was
  * chosen ("same host", "fabric ib0 (ib, 100 Gb/s): verbs on mlx5_0:1 / mlx5_0:1", ...), each written
  * NUL-terminated and truncated to its buffer (either buffer may be NULL when its length is 0). */
+/* hetcomm extension: the algorithm comm runs for a collective of count elements (as the count argument of that
+ * call) and the time its cost model predicts, in microseconds. name gets the algorithm's HETCOMM_ALGO name,
+ * NUL-terminated and truncated to nameLen; either output may be NULL. */
+typedef enum {
+  hetcommCollAllReduce = 0,
+  hetcommCollBroadcast = 1,
+  hetcommCollReduce = 2,
+  hetcommCollAllGather = 3,
+  hetcommCollReduceScatter = 4,
+  hetcommCollAlltoAll = 5
+} hetcommCollective_t;
+HETCOMM_API hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
+                                                    hetcommDataType_t datatype, char* name, size_t nameLen,
+                                                    double* predictedUs);
 HETCOMM_API hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen,
                                                      char* reason, size_t reasonLen);
 

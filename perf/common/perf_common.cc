@@ -370,10 +370,11 @@ class Runner {
     print("#\n");
     print("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "",
           "", "");
-    print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "size", "count", "type", "redop",
-          "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-    print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "",
-          "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "size", "count", "type", "redop",
+          "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong",
+          test_.algo >= 0 ? "  algorithm  predicted" : "");
+    print("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s%s\n", "(B)", "(elements)", "", "", "",
+          "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "", test_.algo >= 0 ? "             (us)" : "");
   }
 
   // One (datatype, op, root): warmup at the largest and smallest size, then one row per size.
@@ -394,6 +395,14 @@ class Runner {
             typeName(type), test_.reduces ? opName(op) : "none", root);
       benchTime(false);
       benchTime(true);
+      if (test_.algo >= 0) {
+        // What hetcomm chose for this row and what its cost model predicted, next to what was measured.
+        char algo[32];
+        double predictedUs = 0;
+        HC_PERF_CHECK(hetcommCommGetAlgorithm(comm_, static_cast<hetcommCollective_t>(test_.algo),
+                                              counts_.paramCount, type_, algo, sizeof(algo), &predictedUs));
+        print("  %9s  %9s", algo, formatValue(predictedUs, 9).c_str());
+      }
       print("\n");
       if (opt_.stepFactor > 1) {
         if (bytes > opt_.maxBytes / static_cast<size_t>(opt_.stepFactor)) break;  // the next size overflows max

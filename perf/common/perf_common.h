@@ -75,6 +75,9 @@ struct CollTest {
   SourceFn source;                                                 // where recv element k comes from
   bool (*checksRank)(const Layout& layout);                        // nullptr: every rank's recv buffer is checked
   void (*run)(const RunArgs& args);                                // one call; throws CallError on failure
+  // The collective for hetcommCommGetAlgorithm: rows then show the algorithm and its predicted time (hetcomm's
+  // own columns after nccl-tests' ones). -1: none (sendrecv).
+  int algo = -1;
 };
 
 // Parses nccl-tests' flags, initialises a communicator from the launcher's environment (hetcomm-run, mpirun,
