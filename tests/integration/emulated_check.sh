@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# emulated_check.sh REPO BIN_DIR: an emulated 2 hosts x 2 ranks cluster (scripts/emulate-cluster.sh, a copy of
+# clusters/mixed-2x2.json under a name of its own), and every collective on it through hetcomm-run --cluster:
+# shm within a host, tcp across over the InfiniBand-class fabric, the hierarchical allreduce chosen and correct.
+# Skips (exit 77) where network namespaces cannot be made (not root, or no permission).
+set -uo pipefail
+repo=$1
+bin=$2
+passed=0
+failed=0
+check() {  # description, condition (exit status of the previous command)
+  if [ "$2" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1"; fi
+}
+if [ "$(id -u)" -ne 0 ]; then
+  echo "SKIP: emulated clusters need root (network namespaces, tc)"
+  exit 77
+fi
+if ! ip netns add "hc-probe-$$" 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces here"
+  exit 77
+fi
+ip netns del "hc-probe-$$"
+
+# The suite also runs with every pair forced onto UCX. Shared memory cannot span hosts; between the emulated hosts
+# (network namespaces of one kernel) UCX's shared-memory transports would connect, but their wake-ups (Unix
+# sockets, one namespace each) would not arrive: give UCX its TCP transport too, as any multi-host UCX job has.
+if [ "${HETCOMM_TRANSPORT:-}" = ucx ] && [ -n "${UCX_TLS:-}" ] && ! grep -qE "tcp|all" <<<"$UCX_TLS"; then
+  export UCX_TLS="$UCX_TLS,tcp"
+fi
+within=shm
+across=tcp
+if [ -n "${HETCOMM_TRANSPORT:-}" ]; then
+  within=${HETCOMM_TRANSPORT%%,*}
+  across=$within
+fi
+
+tmp=$(mktemp -d)
+name="ci-2x2-$$"
+sed "s/\"name\": \"mixed-2x2\"/\"name\": \"$name\"/" "$repo/clusters/mixed-2x2.json" >"$tmp/cluster.json"
+emulate="$repo/scripts/emulate-cluster.sh"
+trap '"$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+
+out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" true 2>&1)
+rc=$?
+[ $rc -eq 2 ] && grep -q "is not up" <<<"$out"; check "a cluster that is not up is refused, saying so" $?
+
+"$emulate" up "$tmp/cluster.json" >"$tmp/up.log" 2>&1; check "emulate-cluster up" $?
+"$emulate" up "$tmp/cluster.json" 2>&1 | grep -q "already up"; check "up twice is harmless" $?
+
+out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/hetcomm-topo" 2>&1)
+grep -qE "^\[0\] r0 +X +$within +$across +$across" <<<"$out"; check "$within within a host, $across across" $?
+if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
+  grep -qE "tcp: fabric ib-a \(ib, 1.6 Gb/s\)" <<<"$out"; check "tcp across goes over the InfiniBand-class fabric" $?
+fi
+grep -qE "island ib +on .*ranks 0-3 via ib-a" <<<"$out"; check "the topology file's fabrics make one ib island" $?
+
+out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/coll_check" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
+check "every collective is correct on the emulated cluster" $?
+[ $rc -eq 0 ] || tail -20 <<<"$out"
+
+for algo in hier ring; do
+  out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" -x HETCOMM_ALGO=$algo "$bin/all_reduce_perf" -b 1K -e 1M \
+    -f 32 -n 2 -w 1 -c 1 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && grep -q "Out of bounds values : 0 OK" <<<"$out" && grep -qE "^\[0\] +1048576 .* $algo +[0-9.]+$" <<<"$out"
+  check "allreduce with HETCOMM_ALGO=$algo: correct, and the row names $algo" $?
+done
+out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/all_reduce_perf" -b 4M -e 4M -n 1 -w 0 -c 1 2>&1)
+grep -qE "^\[0\] +4194304 .* hier +[0-9.]+$" <<<"$out"; check "the cost model picks hier at 4 MiB" $?
+
+"$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; check "emulate-cluster down" $?
+! ip netns list | grep -q "$(python3 -c "import hashlib;print(hashlib.sha1(b'$name').hexdigest()[:5])")"
+check "down leaves no namespace behind" $?
+
+echo "emulated_check: $passed passed, $failed failed"
+[ $failed -eq 0 ]
