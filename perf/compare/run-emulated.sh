@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Heterogeneity benchmark (issue 5): allreduce on an emulated mixed-NIC cluster (scripts/emulate-cluster.sh), hetcomm's
+# automatic choice (hierarchical on mixed-4x2) against a flat ring in rank order (HETCOMM_ALGO=ring) and against
+# Gloo's ring allreduce run inside the same network namespaces, measured alternately in one run.
+#
+# Each round runs, in this order:
+#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b 1M -e 64M -f 64 -c 0 -n ITERS -w WARMUP
+#   ring   the same with -x HETCOMM_ALGO=ring
+#   gloo   gloo_allreduce --algo ring, one process per rank inside its host's namespace (ip netns exec), bound to
+#          the host's address on the one fabric every host shares (Gloo's TCP device uses one interface)
+# busbw is recomputed from the time column (us), which has more digits than the GB/s ones at these rates.
+# Prints median (min-max) busbw, the algorithm and predicted time per row, the ratios, and the best-schedule
+# bound derived from the link rates (perf/README.md explains it): cuts of the cluster (each host, each island of
+# hosts joined by RDMA fabrics) each carry at least the whole buffer each way, so time >= bytes / slowest cut.
+#
+# Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--rounds 3] [--iters 3] [--warmup 1]
+#                                     [--no-gloo] [--keep-up] [--json FILE] [--timeout 900]
+# Needs root (network namespaces); brings the cluster up if it is not, and down again unless --keep-up or it was
+# already up.
+set -euo pipefail
+
+SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
+CLUSTER=$REPO_ROOT/clusters/mixed-4x2.json
+ROUNDS=3
+ITERS=3
+WARMUP=1
+RUN_GLOO=1
+KEEP_UP=0
+JSON_OUT=""
+TIMEOUT_S=900
+BUILD=${BUILD_DIR:-$REPO_ROOT/build}
+SIZES="1048576,67108864"
+
+die() { echo "run-emulated: error: $*" >&2; exit 1; }
+# shellcheck disable=SC2034 # PROG is read by lib.sh
+PROG=run-emulated
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$SCRIPT_DIR/lib.sh"
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --cluster) CLUSTER=${2:?}; shift 2 ;;
+    --rounds) ROUNDS=${2:?}; shift 2 ;;
+    --iters) ITERS=${2:?}; shift 2 ;;
+    --warmup) WARMUP=${2:?}; shift 2 ;;
+    --no-gloo) RUN_GLOO=0; shift ;;
+    --keep-up) KEEP_UP=1; shift ;;
+    --json) JSON_OUT=${2:?}; shift 2 ;;
+    --timeout) TIMEOUT_S=${2:?}; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "run-emulated: unknown argument: $1" >&2; usage 2 ;;
+  esac
+done
+for v in ROUNDS ITERS TIMEOUT_S; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"; done
+[[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
+[[ -r $CLUSTER ]] || die "no cluster file $CLUSTER"
+RUN=$BUILD/bin/hetcomm-run
+for b in "$RUN" "$BUILD/bin/all_reduce_perf"; do [[ -x $b ]] || die "missing $b (build first)"; done
+EMULATE=$REPO_ROOT/scripts/emulate-cluster.sh
+NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
+STATE=/run/hetcomm-emulate/$NAME.json
+was_up=0
+[[ -r $STATE ]] && was_up=1
+"$EMULATE" up "$CLUSTER" >&2
+if [[ $KEEP_UP -eq 0 && $was_up -eq 0 ]]; then trap '"$EMULATE" down "$CLUSTER" >&2' EXIT; fi
+
+CMP_DIR=$BUILD/compare
+mkdir -p "$CMP_DIR"
+GLOO_BIN=$CMP_DIR/gloo_allreduce
+if [[ $RUN_GLOO -eq 1 ]]; then
+  dpkg -s libgloo-dev >/dev/null 2>&1 || apt-get install -y --no-install-recommends libgloo-dev >&2 \
+    || die "could not install libgloo-dev"
+  if [[ ! -x $GLOO_BIN || $SCRIPT_DIR/gloo_allreduce.cc -nt $GLOO_BIN ]]; then
+    nice -n 10 g++ -std=c++17 -O2 -pthread "$SCRIPT_DIR/gloo_allreduce.cc" -o "$GLOO_BIN" -lgloo \
+      || die "building gloo_allreduce failed"
+  fi
+fi
+# Per rank: its namespace and its address on the fabric every host shares (for Gloo).
+mapfile -t PLACES < <(python3 - "$STATE" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+shared = set.intersection(*[{n["fabric"] for n in h["nics"]} for h in s["hosts"]])
+if not shared:
+    sys.exit("run-emulated: no fabric reaches every host; Gloo needs one")
+fab = sorted(shared)[0]
+for h in s["hosts"]:
+    addr = next(n["addr"] for n in h["nics"] if n["fabric"] == fab)
+    for _ in range(s["ranksPerHost"]):
+        print(h["netns"], addr)
+PY
+)
+NRANKS=${#PLACES[@]}
+
+LOG_DIR=$CMP_DIR/logs/emulated-$NAME-$(date +%Y%m%d-%H%M%S)-$$
+mkdir -p "$LOG_DIR"
+SAMPLES=$LOG_DIR/samples.tsv  # peer size round time_us algorithm predicted_us
+: >"$SAMPLES"
+
+rows() {  # PEER ROUND LOG: "peer size round time algo predicted" from an nccl-tests style table (rank 0)
+  python3 - "$1" "$2" "$3" "$SIZES" <<'PY' >>"$SAMPLES"
+import re, sys
+peer, rnd, log, sizes = sys.argv[1:5]
+want = {int(s) for s in sizes.split(",")}
+got = {}
+for line in open(log, errors="replace"):
+    m = re.match(r"\s*\[(\d+)\]\s?(.*)$", line)
+    if m:
+        if m.group(1) != "0":
+            continue
+        line = m.group(2)
+    f = line.split()
+    if len(f) < 9 or not f[0].isdigit() or not f[1].isdigit() or int(f[0]) not in want:
+        continue
+    algo, pred = (f[13], f[14]) if len(f) >= 15 else ("-", "nan")
+    got[int(f[0])] = (float(f[5]), algo, pred)
+missing = want - set(got)
+if missing:
+    sys.exit(f"run-emulated: {peer} round {rnd}: no row for {sorted(missing)} in {log}")
+for s in sorted(got):
+    t, a, p = got[s]
+    print(f"{peer}\t{s}\t{rnd}\t{t}\t{a}\t{p}")
+PY
+}
+
+run_gloo() {  # LOG
+  local store pids=() r=0 rc=0
+  store=$(mktemp -d)
+  for place in "${PLACES[@]}"; do
+    read -r ns addr <<<"$place"
+    ip netns exec "$ns" timeout "$TIMEOUT_S" "$GLOO_BIN" --rank "$r" --size "$NRANKS" --store "$store" \
+      --host "$addr" --algo ring --sizes "$SIZES" --iters "$ITERS" --warmup "$WARMUP" >"$1.rank$r" 2>&1 &
+    pids+=($!)
+    r=$((r + 1))
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  rm -rf "$store"
+  [[ $rc -eq 0 ]] || { tail -n 20 "$1".rank*; die "gloo_allreduce failed"; }
+  cp "$1.rank0" "$1"
+}
+
+echo "run-emulated: cluster $NAME ($NRANKS ranks), $ROUNDS rounds; logs in $LOG_DIR" >&2
+for ((r = 1; r <= ROUNDS; r++)); do
+  for peer in auto ring gloo; do
+    log=$LOG_DIR/$peer.round$r.log
+    case $peer in
+      auto) run_logged "$log" "$RUN" --cluster "$CLUSTER" "$BUILD/bin/all_reduce_perf" -b 1M -e 64M -f 64 -c 0 \
+              -n "$ITERS" -w "$WARMUP" ;;
+      ring) run_logged "$log" "$RUN" --cluster "$CLUSTER" -x HETCOMM_ALGO=ring "$BUILD/bin/all_reduce_perf" -b 1M \
+              -e 64M -f 64 -c 0 -n "$ITERS" -w "$WARMUP" ;;
+      gloo) [[ $RUN_GLOO -eq 1 ]] || continue; run_gloo "$log" ;;
+    esac
+    rows "$peer" "$r" "$log"
+    echo "run-emulated: round $r $peer: $(awk -v p="$peer" -v r="$r" '$1 == p && $3 == r { printf "%s B %.0f us  ", $2, $4 }' "$SAMPLES")" >&2
+  done
+done
+
+python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" <<'PY'
+import json, statistics, sys, time
+samples, state, json_out, rounds, iters, warmup, log_dir = sys.argv[1:8]
+s = json.load(open(state))
+hosts = s["hosts"]
+n = len(hosts) * s["ranksPerHost"]
+# Islands: hosts joined by an RDMA (ib, roce) fabric.
+parent = list(range(len(hosts)))
+def root(i):
+    while parent[i] != i:
+        i = parent[i]
+    return i
+fabric_hosts = {}
+for i, h in enumerate(hosts):
+    for nic in h["nics"]:
+        if nic["kind"] in ("ib", "roce"):
+            fabric_hosts.setdefault(nic["fabric"], []).append(i)
+for members in fabric_hosts.values():
+    for i in members[1:]:
+        parent[root(i)] = root(members[0])
+islands = {}
+for i in range(len(hosts)):
+    islands.setdefault(root(i), []).append(i)
+# A cut S carries at least the whole buffer each way; it can carry at most the rate of every NIC of S on a fabric
+# that also reaches a host outside S (per direction, full duplex).
+def cut_mbps(S):
+    out = 0
+    for i in S:
+        for nic in hosts[i]["nics"]:
+            if any(nic["fabric"] in {x["fabric"] for x in hosts[j]["nics"]} for j in range(len(hosts)) if j not in S):
+                out += nic["rateMbps"]
+    return out
+cuts = [("host " + hosts[i]["name"], [i]) for i in range(len(hosts))]
+if len(islands) > 1:
+    cuts += [("island " + "+".join(hosts[i]["name"] for i in m), m) for m in islands.values()]
+slowest = min(cuts, key=lambda c: cut_mbps(c[1]))
+cut_bytes_per_s = cut_mbps(slowest[1]) * 1e6 / 8
+
+data = {}
+for line in open(samples):
+    peer, size, rnd, t, algo, pred = line.rstrip("\n").split("\t")
+    d = data.setdefault(peer, {}).setdefault(int(size), {"t": [], "algo": set(), "pred": []})
+    d["t"].append(float(t))
+    d["algo"].add(algo)
+    if pred != "nan":
+        d["pred"].append(float(pred))
+busf = 2.0 * (n - 1) / n
+def busbw(size, t_us):
+    return size / (t_us * 1e-6) / 1e9 * busf
+print(f"\nallreduce float32 sum on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
+      f"island(s)); busbw GB/s = bytes/time * 2(n-1)/n, median (min-max) of {rounds} rounds of {iters} iterations")
+print(f"{'peer':<8}{'size':>10}{'busbw':>28}{'time (us)':>14}{'algorithm':>11}{'predicted (us)':>16}{'pred/meas':>11}")
+summary = {}
+for peer in ("auto", "ring", "gloo"):
+    for size, d in sorted(data.get(peer, {}).items()):
+        bws = [busbw(size, t) for t in d["t"]]
+        tm = statistics.median(d["t"])
+        pred = statistics.median(d["pred"]) if d["pred"] else None
+        summary.setdefault(peer, {})[size] = {
+            "busbw_median": statistics.median(bws), "busbw_min": min(bws), "busbw_max": max(bws),
+            "time_us_median": tm, "algorithm": ",".join(sorted(d["algo"])), "predicted_us": pred,
+            "predicted_over_measured": pred / tm if pred else None}
+        print(f"{peer:<8}{size:>10}{statistics.median(bws):>12.4f} ({min(bws):.4f}-{max(bws):.4f})"
+              f"{tm:>14.0f}{','.join(sorted(d['algo'])):>11}{(f'{pred:.0f}' if pred else '-'):>16}"
+              f"{(f'{pred / tm:.3f}' if pred else '-'):>11}")
+big = max(data["auto"])
+bound_t = big / cut_bytes_per_s
+bound_bw = busbw(big, bound_t * 1e6)
+print(f"\nbest-schedule bound at {big >> 20} MiB: the slowest cut is {slowest[0]} ({cut_mbps(slowest[1])} Mbit/s each "
+      f"way): time >= {bound_t:.3f} s, busbw <= {bound_bw:.4f} GB/s")
+ratios = {}
+a = summary["auto"][big]["busbw_median"]
+ratios["auto/ring"] = a / summary["ring"][big]["busbw_median"]
+ratios["auto/bound"] = a / bound_bw
+if "gloo" in summary:
+    ratios["auto/gloo"] = a / summary["gloo"][big]["busbw_median"]
+for k, v in ratios.items():
+    print(f"ratio {k} at {big >> 20} MiB: {v:.3f}")
+if json_out:
+    with open(json_out, "w") as f:
+        json.dump({"cluster": s["name"], "nranks": n, "rounds": int(rounds), "iters": int(iters),
+                   "warmup": int(warmup), "logs": log_dir, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                   "bound": {"cut": slowest[0], "cut_mbps": cut_mbps(slowest[1]), "time_s": bound_t,
+                             "busbw": bound_bw},
+                   "results": {p: {str(k): v for k, v in d.items()} for p, d in summary.items()},
+                   "ratios": ratios}, f, indent=2)
+        f.write("\n")
+    print(f"\nwrote {json_out}")
+PY
