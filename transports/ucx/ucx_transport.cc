@@ -54,6 +54,11 @@ class SharedContext {
     ucp_config_t* cfg = nullptr;
     ucs_status_t s = ucp_config_read(nullptr, nullptr, &cfg);
     if (s != UCS_OK) return systemError("ucx: reading UCX's configuration (UCX_* variables): %s", ucsError(s).c_str());
+    // UCX's keep-alive declares a peer dead when its worker has not been progressed for a while, which an
+    // oversubscribed rank (several ranks per core) easily fails while it is healthy. A dead process still fails
+    // its endpoints at once (its sockets close; same-host peers are watched through their pidfd) and a hung one
+    // meets HETCOMM_TIMEOUT, as with the tcp transport. UCX_KEEPALIVE_INTERVAL set by the user wins.
+    if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
