@@ -7,6 +7,7 @@ namespace hetcomm::coll {
 
 const Algorithm& ringAllReduce();
 const Algorithm& hierAllReduce();
+const Algorithm& recursiveDoublingAllReduce();
 const Algorithm& ringReduceScatter();
 const Algorithm& ringAllGather();
 const Algorithm& chainBroadcast();

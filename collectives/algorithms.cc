@@ -10,7 +10,7 @@ namespace hetcomm::coll {
 
 std::span<const Algorithm* const> allAlgorithms() {
   static const Algorithm* const table[] = {
-      &ringAllReduce(), &hierAllReduce(),    &ringReduceScatter(), &ringAllGather(),
+      &ringAllReduce(), &hierAllReduce(), &recursiveDoublingAllReduce(),    &ringReduceScatter(), &ringAllGather(),
       &chainBroadcast(), &chainReduce(),     &pairwiseAlltoAll(),  &directSendRecv(),
   };
   return table;

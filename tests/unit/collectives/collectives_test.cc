@@ -317,5 +317,25 @@ TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
   EXPECT_EQ(selectAlgorithm(a, g, "hier")->algo->name(), "ring");
 }
 
+TEST(Collectives, RecursiveDoublingAllReduceEveryRankCountSizeTypeAndOp) {
+  for (int n : {2, 3, 4, 5, 6, 7, 8})
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{70001}})
+      for (bool inPlace : {false, true})
+        runCase({CollKind::kAllReduce, n, count, DataType::kFloat32, RedOp::kSum, 0, inPlace}, 4096, false, "rd");
+  for (DataType t : kAllTypes)
+    for (RedOp op : kAllOps) runCase({CollKind::kAllReduce, 6, 333, t, op, 0, false}, 4096, true, "rd");
+}
+
+TEST(Collectives, CostModelPicksRecursiveDoublingForSmallAndRingForLarge) {
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  GroupView g;
+  g.nranks = 8;
+  a.count = 2;  // 8 bytes: latency-bound, log2(8) = 3 hops beat the ring's 14
+  EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "rd");
+  a.count = 16 << 20;  // 64 MiB: bandwidth-bound, the ring moves 2(n-1)/n of it, rd 3 times all of it
+  EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "ring");
+}
+
 }  // namespace
 }  // namespace hetcomm::coll

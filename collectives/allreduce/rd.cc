@@ -1,0 +1,121 @@
+// Recursive-doubling allreduce, for small messages: log2(p) steps in which every rank swaps its whole running
+// sum with the rank whose number differs in one bit, and adds. Latency log2(p) hops against the ring's 2(n-1); each
+// step moves the whole buffer, so the ring wins once the bytes dominate (the cost model decides where).
+//
+// With n not a power of two, the n - p ranks above the largest power of two p first hand their input to rank
+// r - p and get the result back at the end. Sums are formed as a + b on one side and b + a on the other, which
+// IEEE addition makes bit-identical, so every rank ends with the same bits.
+#include <algorithm>
+#include <optional>
+
+#include "collectives/algorithm_list.h"
+
+namespace hetcomm::coll {
+namespace {
+
+int largestPowerOfTwo(int n) {
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  return p;
+}
+
+class RecursiveDoublingAllReduce final : public Algorithm {
+ public:
+  std::string_view name() const override { return "rd"; }
+  bool supports(const Args& a, const GroupView& g) const override {
+    return a.kind == CollKind::kAllReduce && g.nranks > 1;
+  }
+
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    const int n = g.nranks, p = largestPowerOfTwo(n);
+    double steps = 0;
+    for (int d = 1; d < p; d *= 2) ++steps;
+    if (p != n) steps += 2;  // the extra ranks' hand-in and hand-back
+    // Every pair may be a different link: the worst one paces each step.
+    double alpha = 0, bw = 1e30;
+    for (int i = 0; i < n; ++i)
+      for (int d = 1; d < p; d *= 2) {
+        const int j = i ^ d;
+        if (j >= n) continue;
+        alpha = std::max(alpha, g.alphaUs(i, j));
+        bw = std::min(bw, g.bwGBps(i, j));
+      }
+    for (int i = p; i < n; ++i) {
+      alpha = std::max(alpha, g.alphaUs(i, i - p));
+      bw = std::min(bw, g.bwGBps(i, i - p));
+    }
+    return steps * (alpha + bytes / (bw * 1e3));
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const size_t bytes = a.count * kernels::sizeOf(a.dtype);
+    const Slice in{Buf::kSend, 0, bytes}, acc{Buf::kRecv, 0, bytes};
+    const int n = g.nranks, r = g.rank, p = largestPowerOfTwo(n);
+    uint32_t tag = 0;
+    const uint32_t kHandIn = tag++, kHandBack = tag++;
+    s.scratchBytes = 2 * bytes;
+    auto stage = [&](int k) { return Slice{Buf::kScratch, static_cast<size_t>(k % 2) * bytes, bytes}; };
+    if (r >= p) {  // an extra rank: hand the input in, take the (already divided) result back
+      uint32_t snd = s.send(r - p, kHandIn, in);
+      uint32_t rcv = s.recv(r - p, kHandBack, stage(0));
+      uint32_t cpy = s.copy(acc, stage(0));
+      s.steps[cpy].dependOn(rcv);
+      s.steps[cpy].dependOn(snd);  // in place, the result overwrites what was sent
+      return s;
+    }
+    // The running sum lives in the receive buffer.
+    std::vector<uint32_t> copied;
+    copyUnlessSame(s, acc, in, a.inPlace, &copied);
+    std::optional<uint32_t> last = copied.empty() ? std::nullopt : std::optional<uint32_t>(copied.front());
+    auto after = [&](uint32_t step) {
+      if (last) s.steps[step].dependOn(*last);
+    };
+    std::vector<uint32_t> reduces;
+    if (r + p < n) {  // take the extra rank's input first
+      uint32_t rcv = s.recv(r + p, kHandIn, stage(0));
+      uint32_t red = s.reduce(acc, acc, stage(0));
+      s.steps[red].dependOn(rcv);
+      after(red);
+      last = red;
+      reduces.push_back(red);
+    }
+    for (int d = 1; d < p; d *= 2) {
+      const int peer = r ^ d;
+      const int k = static_cast<int>(reduces.size());
+      const uint32_t t = tag++;
+      uint32_t snd = s.send(peer, t, acc);
+      after(snd);
+      uint32_t rcv = s.recv(peer, t, stage(k));
+      if (k >= 2) s.steps[rcv].dependOn(reduces[k - 2]);  // the slot's previous reduce has read it
+      uint32_t red = s.reduce(acc, acc, stage(k));
+      s.steps[red].dependOn(rcv);
+      s.steps[red].dependOn(snd);  // the running sum may change only once it has been sent
+      last = red;
+      reduces.push_back(red);
+    }
+    if (a.op == kernels::RedOp::kAvg) {
+      uint32_t div = s.divide(acc);
+      after(div);
+      last = div;
+    }
+    if (r + p < n) {
+      uint32_t snd = s.send(r + p, kHandBack, acc);
+      after(snd);
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& recursiveDoublingAllReduce() {
+  static const RecursiveDoublingAllReduce algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll
