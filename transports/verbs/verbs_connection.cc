@@ -552,6 +552,33 @@ void VerbsConnection::recycleRead(uint32_t index) {
   freeReads_.push_back(index);
 }
 
+namespace {
+
+// h, an eager message or a rendezvous announcement, arrived for a tag that already has the entry `it` in
+// `inbound` (VerbsConnection::inbound_: a template only because its type is private). When the entry is a posted
+// receive of h's size, takes it out of the map and returns it, with its buffer in *user. Otherwise returns null:
+// either the entry is an earlier message of that tag, still unclaimed (a protocol error, in *broken, that fails
+// the connection), or the receive expects another size (the entry is gone and the receive has failed).
+template <class Map>
+Request* claimReceive(Map& inbound, typename Map::iterator it, const MsgHeader& h, int me, int peer,
+                      std::span<std::byte>* user, Status* broken) {
+  if (!it->second.req) {
+    *broken = remoteError("rank %d sent a second message with tag %#llx before the first was received", peer,
+                          (unsigned long long)h.tag);
+    return nullptr;
+  }
+  Request* req = it->second.req;
+  *user = it->second.user;
+  inbound.erase(it);
+  if (user->size() != h.size) {
+    req->fail(sizeMismatch(peer, h.size, h.tag, me, user->size()));
+    return nullptr;
+  }
+  return req;
+}
+
+}  // namespace
+
 void VerbsConnection::onEager(const MsgHeader& h, const std::byte* payload) {
   auto it = inbound_.find(h.tag);
   if (it == inbound_.end()) {
@@ -560,17 +587,11 @@ void VerbsConnection::onEager(const MsgHeader& h, const std::byte* payload) {
     in.data.assign(payload, payload + h.len);
     return;
   }
-  Inbound& in = it->second;
-  if (!in.req) {
-    fail(remoteError("rank %d sent a second message with tag %#llx before the first was received", peer_,
-                     (unsigned long long)h.tag));
-    return;
-  }
-  Request* req = in.req;
-  std::span<std::byte> user = in.user;
-  inbound_.erase(it);
-  if (user.size() != h.size) {
-    req->fail(sizeMismatch(peer_, h.size, h.tag, me_, user.size()));
+  std::span<std::byte> user;
+  Status broken;
+  Request* req = claimReceive(inbound_, it, h, me_, peer_, &user, &broken);
+  if (!req) {
+    if (!broken.ok()) fail(broken);
     return;
   }
   if (h.len) std::memcpy(user.data(), payload, h.len);
@@ -588,18 +609,15 @@ void VerbsConnection::onRts(const MsgHeader& h) {
     in.id = h.id;
     return;
   }
-  Inbound& in = it->second;
-  if (!in.req) {
-    fail(remoteError("rank %d sent a second message with tag %#llx before the first was received", peer_,
-                     (unsigned long long)h.tag));
-    return;
-  }
-  Request* req = in.req;
-  std::span<std::byte> user = in.user;
-  inbound_.erase(it);
-  if (user.size() != h.size) {
-    req->fail(sizeMismatch(peer_, h.size, h.tag, me_, user.size()));
-    finq_.push_back({MsgHeader::kFin, nullptr, h.tag, nullptr, 0, h.id, MsgHeader::kFinSizeMismatch});
+  std::span<std::byte> user;
+  Status broken;
+  Request* req = claimReceive(inbound_, it, h, me_, peer_, &user, &broken);
+  if (!req) {
+    if (!broken.ok()) {
+      fail(broken);
+    } else {  // a size mismatch: the fin tells the sender, which releases its buffer
+      finq_.push_back({MsgHeader::kFin, nullptr, h.tag, nullptr, 0, h.id, MsgHeader::kFinSizeMismatch});
+    }
     return;  // handleMessage flushes
   }
   startRead(req, user, h.tag, h.addr, h.rkey, h.size, h.id);

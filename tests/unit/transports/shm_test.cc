@@ -19,7 +19,6 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -31,7 +30,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -43,15 +41,22 @@
 #include "common/deadline.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "tests/support/transport_harness.h"
 #include "transports/shm/shm_transport.h"
-
-extern char** environ;
 
 namespace hetcomm::transport::shm {
 namespace {
 
-using Bytes = std::vector<std::byte>;
-using Conns = std::vector<std::unique_ptr<Connection>>;
+using testing::Bytes;
+using testing::bytesOf;
+using testing::ConnectOutcome;
+using testing::Conns;
+using testing::contains;
+using testing::diff;
+using testing::driveGroups;
+using testing::expectDelivered;
+using testing::expectManyTagsDelivered;
+using testing::pattern;
 
 // Mirrors shm_transport.cc: 1 MiB ring per direction, frames of a 32-byte header and at most 256 KiB of payload.
 constexpr size_t kRing = 1 << 20;
@@ -69,37 +74,6 @@ size_t cmaMax() {
 }
 bool ringOnly() { return cmaThreshold() == 0; }
 bool viaCma(size_t n) { return cmaThreshold() > 0 && n >= cmaThreshold() && n <= cmaMax(); }
-
-// ---- data helpers ----
-
-// Deterministic, position-dependent bytes (xorshift64, a word at a time: 256 MiB in a fraction of a second).
-Bytes pattern(size_t n, uint32_t seed) {
-  Bytes v(n);
-  uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w = next();
-    std::memcpy(v.data() + i, &w, 8);
-  }
-  for (; i < n; ++i) v[i] = static_cast<std::byte>(next());
-  return v;
-}
-
-// "" when equal, else where they first differ.
-std::string diff(const Bytes& got, const Bytes& want) {
-  if (got.size() != want.size()) return format("size %zu, expected %zu", got.size(), want.size());
-  if (got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0) return "";
-  auto m = std::mismatch(got.begin(), got.end(), want.begin());
-  return format("first difference at byte %zu of %zu", static_cast<size_t>(m.first - got.begin()), got.size());
-}
-
-bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
 
 // ---- /dev/shm bookkeeping ----
 
@@ -138,125 +112,31 @@ std::string leftoversOf(uint64_t commId) {
 // ---- a group of ranks in this process ----
 
 transport::Config configFor(int rank, int n, uint64_t commId, const std::string& host = "unit-test-host") {
-  transport::Config cfg;
-  cfg.rank = rank;
-  cfg.nranks = n;
-  for (size_t i = 0; i < cfg.secret.size(); ++i) cfg.secret[i] = static_cast<uint8_t>(31 + i);
-  cfg.commId = commId;
-  cfg.timeoutSec = 10;
-  cfg.hostId = host;
-  return cfg;
+  return testing::configFor(rank, n, testing::secretOf(1), commId, host);
 }
 
-struct Group;
-bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec, long maxIters);
-
-// n transports of one communicator, connected to each other. Connections go before transports (they point into
-// their transport). Destroying the group checks that none of its segments is left in /dev/shm.
-struct Group {
+// n transports of one communicator, connected to each other, with a comm id of their own. Destroying the group
+// checks that none of its segments is left in /dev/shm.
+struct Group : testing::TransportGroup {
   uint64_t commId = freshCommId();
-  std::vector<std::unique_ptr<ShmTransport>> t;
-  std::vector<Conns> c;  // c[rank][peer]
 
   ~Group() {
-    c.clear();
-    t.clear();
+    tearDown();
     EXPECT_EQ(leftoversOf(commId), "") << "segments left behind";
   }
-  Connection& conn(int from, int to) { return *c[from][to]; }
-
-  // Calls progress() on every transport until done() holds. Bounded by iterations and wall time; sleeps briefly
-  // in poll() on the transports' fds when a pass finds nothing to do.
-  bool drive(const std::function<bool()>& done, double wallSec = 60, long maxIters = 5'000'000) {
-    return driveGroups({this}, done, wallSec, maxIters);
-  }
-  void driveFor(double sec) {
-    const Deadline d = Deadline::afterSec(sec);
-    drive([&] { return d.expired(); }, sec + 5);
-  }
 };
 
-bool driveGroups(const std::vector<Group*>& groups, const std::function<bool()>& done, double wallSec, long maxIters) {
-  const Deadline deadline = Deadline::afterSec(wallSec);
-  std::vector<pollfd> fds;
-  for (Group* g : groups)
-    for (auto& tr : g->t)
-      if (tr) fds.push_back({tr->waitFd(), POLLIN, 0});
-  for (long i = 0; i < maxIters; ++i) {
-    for (Group* g : groups)
-      for (auto& tr : g->t) {
-        if (!tr) continue;
-        Status st = tr->progress();
-        if (!st.ok()) {
-          ADD_FAILURE() << "progress: " << st.toString();
-          return false;
-        }
-      }
-    if (done()) return true;
-    if (deadline.expired()) return false;
-    ::poll(fds.data(), fds.size(), 2);
-  }
-  return false;
-}
-
-struct ConnectOutcome {
-  std::vector<Result<Conns>> results;
-  std::vector<double> seconds;
-};
-
-// Creates, listens and runs connectAll on a thread per rank; participates[r] false: rank r listens but never
+// Makes, listens and runs connectAll on a thread per rank; participates[r] false: rank r listens but never
 // calls connectAll.
 ConnectOutcome connectGroup(Group& g, int n, double deadlineSec, std::vector<bool> participates = {}) {
-  if (participates.empty()) participates.assign(n, true);
-  ConnectOutcome out;
-  std::vector<Bytes> blobs(n);
-  g.t.resize(n);
-  for (int r = 0; r < n; ++r) {
-    auto tr = ShmTransport::create(configFor(r, n, g.commId));
-    EXPECT_TRUE(tr) << tr.error().toString();
-    if (!tr) return out;
-    g.t[r] = std::move(*tr);
-    auto blob = g.t[r]->listen();
-    EXPECT_TRUE(blob) << blob.error().toString();
-    if (!blob) return out;
-    blobs[r] = std::move(*blob);
-  }
-  std::vector<std::optional<Result<Conns>>> res(n);
-  out.seconds.assign(n, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    if (!participates[r]) continue;
-    threads.emplace_back([&, r] {
-      std::vector<Bytes> mine = blobs;
-      mine[r].clear();
-      double t0 = nowSec();
-      res[r].emplace(g.t[r]->connectAll(mine, Deadline::afterSec(deadlineSec)));
-      out.seconds[r] = nowSec() - t0;
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < n; ++r)
-    out.results.push_back(res[r] ? std::move(*res[r]) : Result<Conns>(internalError("did not take part")));
-  return out;
+  return testing::connectGroup(
+      g, n, [&](int r) { return testing::asTransport(ShmTransport::create(configFor(r, n, g.commId))); }, deadlineSec,
+      std::move(participates));
 }
 
 void makeGroup(Group& g, int n) {
-  auto out = connectGroup(g, n, 20);
-  ASSERT_EQ(static_cast<int>(out.results.size()), n);
-  g.c.resize(n);
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out.results[r]) << "rank " << r << ": " << out.results[r].error().toString();
-    g.c[r] = std::move(*out.results[r]);
-    ASSERT_EQ(static_cast<int>(g.c[r].size()), n);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) {
-        EXPECT_EQ(g.c[r][p], nullptr);
-      } else {
-        ASSERT_NE(g.c[r][p], nullptr) << r << "->" << p;
-        EXPECT_EQ(g.c[r][p]->peer(), p);
-      }
-    }
-  }
+  testing::makeGroup(g, n,
+                     [&](int r) { return testing::asTransport(ShmTransport::create(configFor(r, n, g.commId))); });
 }
 
 // poll(fd) for readability, at most ms.
@@ -387,14 +267,7 @@ TEST_P(ShmSizes, BothDirectionsAtOnceReceivesPostedFirst) {
   ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());  // same tag in the other direction is a different message
   ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
   ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }, 30))
-      << "timed out";
-  for (Request* r : {&r01, &r10, &s01, &s10}) {
-    EXPECT_TRUE(r->done()) << r->error.toString();
-    EXPECT_EQ(r->bytes, n);
-  }
-  EXPECT_EQ(diff(in01, out01), "");
-  EXPECT_EQ(diff(in10, out10), "");
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}, 30));
 }
 
 TEST_P(ShmSizes, ReceivePostedAfterTheDataArrived) {
@@ -424,13 +297,7 @@ TEST_P(ShmSizes, ReceivePostedAfterTheDataArrived) {
   // Everything was here (or readable in the sender's memory): the receives complete inside irecv.
   EXPECT_TRUE(r01.done()) << "state " << static_cast<int>(r01.state) << " " << r01.error.toString();
   EXPECT_TRUE(r10.done()) << "state " << static_cast<int>(r10.state) << " " << r10.error.toString();
-  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }, 30));
-  for (Request* r : {&r01, &r10, &s01, &s10}) {
-    EXPECT_TRUE(r->done()) << r->error.toString();
-    EXPECT_EQ(r->bytes, n);
-  }
-  EXPECT_EQ(diff(in01, out01), "");
-  EXPECT_EQ(diff(in10, out10), "");
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}, 30));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, ShmSizes,
@@ -570,52 +437,12 @@ TEST(ShmData, ReceivePostedWhileTheMessageIsHalfWay) {
 }
 
 TEST(ShmData, ManyTagsInFlightOutOfOrderBetweenFourRanks) {
-  const int n = 4, kMsgs = 24;
   Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, n));
-  // Tiny, odd, one-frame, attach-sized and multi-frame messages mixed, every pair in both directions at once.
-  auto sizeOf = [](int i) -> size_t {
-    static const size_t sizes[] = {0, 1, 7, 4095, 65536 + 3, kMaxChunk + 1, (1u << 20) + 7, 33};
-    return sizes[i % 8];
-  };
-  struct Msg {
-    int from, to, i;
-    Bytes out, in;
-    Request s, r;
-  };
-  std::deque<Msg> msgs;
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b)
-        for (int i = 0; i < kMsgs; ++i) {
-          Msg& m = msgs.emplace_back();
-          m.from = a;
-          m.to = b;
-          m.i = i;
-          m.out = pattern(sizeOf(i), a * 1000 + b * 100 + i);
-          m.in.resize(sizeOf(i));
-        }
-  auto tag = [](const Msg& m) { return 0x1000ull + 977ull * m.i; };
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 2 == 0) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  for (auto& m : msgs) ASSERT_TRUE(g.conn(m.from, m.to).isend(m.s, m.out, tag(m)).ok());
-  g.driveFor(0.05);
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 2 == 1) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  ASSERT_TRUE(g.drive(
-      [&] {
-        return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
-      },
-      60));
-  for (auto& m : msgs) {
-    EXPECT_TRUE(m.s.done()) << m.from << "->" << m.to << " #" << m.i << ": " << m.s.error.toString();
-    EXPECT_TRUE(m.r.done()) << m.from << "->" << m.to << " #" << m.i << ": " << m.r.error.toString();
-    EXPECT_EQ(diff(m.in, m.out), "") << m.from << "->" << m.to << " #" << m.i;
-  }
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 4));
+  // Tiny, odd, one-frame, attach-sized and multi-frame messages mixed, every pair in both directions at once. Half
+  // the receives first.
+  ASSERT_NO_FATAL_FAILURE(
+      expectManyTagsDelivered(g, 24, {0, 1, 7, 4095, 65536 + 3, kMaxChunk + 1, (1u << 20) + 7, 33}, 0x1000, 2, 0.05));
 }
 
 TEST(ShmData, PostedReceiveIsNotHeldUpByEarlierUnclaimedMessages) {
@@ -977,9 +804,6 @@ std::optional<std::string> readMsg(int fd, double sec = 10) {
   if (!readExact(fd, s.data(), len, d)) return std::nullopt;
   return s;
 }
-Bytes toBytes(const std::string& s) {
-  return Bytes(reinterpret_cast<const std::byte*>(s.data()), reinterpret_cast<const std::byte*>(s.data()) + s.size());
-}
 
 // The child's side of a lockstep transfer: on every "go" from the parent, one progress() (with the parent idle,
 // it moves at most one ring's worth), then "pushed". Parent and child never run progress() at the same time, so
@@ -1021,7 +845,7 @@ struct ForkedRank {
       auto peerBlob = readMsg(fromParent);
       if (!peerBlob) ::_exit(12);
       std::vector<Bytes> blobs(2);
-      blobs[1 - rank] = toBytes(*peerBlob);
+      blobs[1 - rank] = bytesOf(*peerBlob);
       auto conns = (*tr)->connectAll(blobs, Deadline::afterSec(10));
       if (!conns) {
         writeMsg(toParent, "connect failed: " + conns.error().toString());
@@ -1101,7 +925,7 @@ void connectWithChild(ForkedRank& child, ParentRank& me, int myRank, uint64_t co
   ASSERT_TRUE(childBlob) << "no blob from the child";
   ASSERT_TRUE(writeMsg(child.toChild, blob->data(), static_cast<uint32_t>(blob->size())));
   std::vector<Bytes> blobs(2);
-  blobs[1 - myRank] = toBytes(*childBlob);
+  blobs[1 - myRank] = bytesOf(*childBlob);
   auto conns = me.t->connectAll(blobs, Deadline::afterSec(10));
   ASSERT_TRUE(conns) << conns.error().toString();
   me.conn = std::move((*conns)[1 - myRank]);
@@ -1277,65 +1101,15 @@ TEST(ShmPeerDeath, KilledBeforeItsAttachBufferWasRead) {
 
 // ---- every data test again with cross-memory attach off: a child process ----
 
-int runChild(const std::vector<std::string>& extraEnv, const std::string& filter, std::string* output,
-             double timeoutSec) {
-  char path[] = "/tmp/hc_shm_child.XXXXXX";
-  int fd = ::mkstemp(path);
-  if (fd < 0) return -1;
-  ::close(fd);
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    if (s.rfind("HETCOMM_SHM_CMA_BYTES=", 0) == 0 || s.rfind("HC_TEST_SHM_CHILD=", 0) == 0 || s.rfind("GTEST_", 0) == 0)
-      continue;
-    envs.push_back(s);
-  }
-  envs.insert(envs.end(), extraEnv.begin(), extraEnv.end());
-  envs.push_back("HC_TEST_SHM_CHILD=1");
-  std::vector<char*> envp;
-  for (auto& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe", f = "--gtest_filter=" + filter;
-  char* argv[] = {exe.data(), f.data(), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_TRUNC, 0);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ::unlink(path);
-    return -1;
-  }
-  int status = 0;
-  const Deadline deadline = Deadline::afterSec(timeoutSec);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (deadline.expired()) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      *output = "child timed out and was killed\n";
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *output += ss.str();
-  ::unlink(path);
-  if (deadline.expired()) return -2;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 TEST(ShmRingPath, EveryDataTestWithCrossMemoryAttachOff) {
   if (std::getenv("HC_TEST_SHM_CHILD")) GTEST_SKIP() << "this is the child";
   std::string output;
-  int rc = runChild({"HETCOMM_SHM_CMA_BYTES=0"},
-                    "ShmRingPathChild.*:*ShmSizes.*:ShmLarge.*:ShmData.*:ShmErrors.*:ShmFailure.*:ShmWait.*:"
-                    "ShmPeerDeath.KilledInTheMiddleOfALargeMessage:ShmPeerDeath.MessagesCompleted*:"
-                    "ShmPeerDeath.SendToAPeerThatDiesFails:ShmZzLeftovers.*",
-                    &output, 240);
+  int rc = testing::runChild({"HETCOMM_SHM_CMA_BYTES=", "HC_TEST_SHM_CHILD=", "GTEST_"},
+                             {"HETCOMM_SHM_CMA_BYTES=0", "HC_TEST_SHM_CHILD=1"},
+                             "ShmRingPathChild.*:*ShmSizes.*:ShmLarge.*:ShmData.*:ShmErrors.*:ShmFailure.*:ShmWait.*:"
+                             "ShmPeerDeath.KilledInTheMiddleOfALargeMessage:ShmPeerDeath.MessagesCompleted*:"
+                             "ShmPeerDeath.SendToAPeerThatDiesFails:ShmZzLeftovers.*",
+                             &output, 240);
   EXPECT_EQ(rc, 0) << output;
   EXPECT_TRUE(contains(output, "HC_SHM_RING_CHILD_OK")) << output;
   EXPECT_FALSE(contains(output, "[  FAILED  ]")) << output;

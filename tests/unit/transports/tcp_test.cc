@@ -6,181 +6,52 @@
 //
 // HETCOMM_NSOCKS_PERPEER is read once per process, so the striping tests re-run this binary as a child process
 // with the variable set (TcpStriping.* starts TcpStripingChild.Run).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
-#include <fstream>
-#include <functional>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/deadline.h"
 #include "common/strings.h"
+#include "tests/support/transport_harness.h"
 #include "transports/tcp/tcp_transport.h"
-
-extern char** environ;
 
 namespace hetcomm::transport::tcp {
 namespace {
 
-using Bytes = std::vector<std::byte>;
-using Conns = std::vector<std::unique_ptr<Connection>>;
-
-crypto::Secret secretOf(uint8_t seed) {
-  crypto::Secret s{};
-  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(seed * 31 + i);
-  return s;
-}
-
-// Deterministic, position-dependent bytes: a misplaced or dropped segment shows up.
-Bytes pattern(size_t n, uint32_t seed) {
-  Bytes v(n);
-  uint32_t x = seed * 2654435761u + 12345;
-  for (size_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    v[i] = static_cast<std::byte>(x);
-  }
-  return v;
-}
-
-// "" when equal, else where they first differ.
-std::string diff(const Bytes& got, const Bytes& want) {
-  if (got.size() != want.size()) return format("size %zu, expected %zu", got.size(), want.size());
-  auto m = std::mismatch(got.begin(), got.end(), want.begin());
-  if (m.first == got.end()) return "";
-  return format("first difference at byte %zu of %zu", static_cast<size_t>(m.first - got.begin()), got.size());
-}
-
+using testing::Bytes;
+using testing::configFor;
+using testing::ConnectOutcome;
+using testing::Conns;
+using testing::diff;
+using testing::expectDelivered;
+using testing::expectManyTagsDelivered;
+using testing::pattern;
+using testing::secretOf;
 // n transports of one communicator, connected to each other. Connections go before transports (their sockets
 // belong to the transport's io_context).
-struct Group {
-  std::vector<std::unique_ptr<TcpTransport>> t;
-  std::vector<Conns> c;  // c[rank][peer]
+using Group = testing::TransportGroup;
 
-  ~Group() {
-    c.clear();
-    t.clear();
-  }
-  Connection& conn(int from, int to) { return *c[from][to]; }
-
-  // Calls progress() on every transport until done() holds. Bounded by iterations and wall time; sleeps briefly
-  // in poll() on the transports' fds when a pass finds nothing to do.
-  bool drive(const std::function<bool()>& done, double wallSec = 60, long maxIters = 5'000'000) {
-    const Deadline deadline = Deadline::afterSec(wallSec);
-    std::vector<pollfd> fds;
-    for (auto& tr : t)
-      if (tr) fds.push_back({tr->waitFd(), POLLIN, 0});
-    for (long i = 0; i < maxIters; ++i) {
-      for (auto& tr : t) {
-        if (!tr) continue;
-        Status st = tr->progress();
-        if (!st.ok()) {
-          ADD_FAILURE() << "progress: " << st.toString();
-          return false;
-        }
-      }
-      if (done()) return true;
-      if (deadline.expired()) return false;
-      ::poll(fds.data(), fds.size(), 2);
-    }
-    return false;
-  }
-  // Drives for a while without a goal (lets data in flight land).
-  void driveFor(double sec) {
-    const Deadline d = Deadline::afterSec(sec);
-    drive([&] { return d.expired(); }, sec + 5);
-  }
-};
-
-transport::Config configFor(int rank, int n, const crypto::Secret& secret, uint64_t commId) {
-  transport::Config cfg;
-  cfg.rank = rank;
-  cfg.nranks = n;
-  cfg.secret = secret;
-  cfg.commId = commId;
-  cfg.timeoutSec = 10;
-  cfg.hostId = "unit-test-host";  // same host: peers dial 127.0.0.1 first
-  return cfg;
-}
-
-struct ConnectOutcome {
-  std::vector<Result<Conns>> results;
-  std::vector<double> seconds;  // how long each connectAll took
-};
-
-// Creates, listens and runs connectAll on a thread per rank. ranks[i] false: that rank listens but never calls
-// connectAll (a peer that hangs).
+// Makes, listens and runs connectAll on a thread per rank, rank r with secrets[r] and commIds[r]. participates[r]
+// false: that rank listens but never calls connectAll (a peer that hangs).
 ConnectOutcome connectGroup(Group& g, int n, const std::vector<crypto::Secret>& secrets,
                             const std::vector<uint64_t>& commIds, double deadlineSec,
                             std::vector<bool> participates = {}) {
-  if (participates.empty()) participates.assign(n, true);
-  ConnectOutcome out;
-  std::vector<Bytes> blobs(n);
-  g.t.resize(n);
-  for (int r = 0; r < n; ++r) {
-    auto tr = TcpTransport::create(configFor(r, n, secrets[r], commIds[r]));
-    EXPECT_TRUE(tr) << tr.error().toString();
-    if (!tr) return out;
-    g.t[r] = std::move(*tr);
-    auto blob = g.t[r]->listen();
-    EXPECT_TRUE(blob) << blob.error().toString();
-    if (!blob) return out;
-    blobs[r] = std::move(*blob);
-  }
-  std::vector<std::optional<Result<Conns>>> res(n);
-  out.seconds.assign(n, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    if (!participates[r]) continue;
-    threads.emplace_back([&, r] {
-      std::vector<Bytes> mine = blobs;
-      mine[r].clear();
-      double t0 = nowSec();
-      res[r].emplace(g.t[r]->connectAll(mine, Deadline::afterSec(deadlineSec)));
-      out.seconds[r] = nowSec() - t0;
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < n; ++r)
-    out.results.push_back(res[r] ? std::move(*res[r]) : Result<Conns>(internalError("did not take part")));
-  return out;
+  return testing::connectGroup(
+      g, n, [&](int r) { return testing::asTransport(TcpTransport::create(configFor(r, n, secrets[r], commIds[r]))); },
+      deadlineSec, std::move(participates));
 }
 
 // A connected group of n ranks with one secret and comm id; fails the test when set-up fails.
 void makeGroup(Group& g, int n) {
-  std::vector<crypto::Secret> secrets(n, secretOf(1));
-  std::vector<uint64_t> ids(n, 0xC0FFEE);
-  auto out = connectGroup(g, n, secrets, ids, 20);
-  ASSERT_EQ(static_cast<int>(out.results.size()), n);
-  g.c.resize(n);
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out.results[r]) << "rank " << r << ": " << out.results[r].error().toString();
-    g.c[r] = std::move(*out.results[r]);
-    ASSERT_EQ(static_cast<int>(g.c[r].size()), n);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) {
-        EXPECT_EQ(g.c[r][p], nullptr);
-      } else {
-        ASSERT_NE(g.c[r][p], nullptr) << r << "->" << p;
-        EXPECT_EQ(g.c[r][p]->peer(), p);
-      }
-    }
-  }
+  testing::makeGroup(
+      g, n, [n](int r) { return testing::asTransport(TcpTransport::create(configFor(r, n, secretOf(1), 0xC0FFEE))); });
 }
 
 // ---- connection set-up ----
@@ -287,14 +158,7 @@ TEST_P(TcpSizes, BothDirectionsAtOnceReceivesPostedFirst) {
   ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());  // same tag in the other direction is a different message
   ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
   ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }))
-      << "timed out";
-  for (Request* r : {&r01, &r10, &s01, &s10}) {
-    EXPECT_TRUE(r->done()) << r->error.toString();
-    EXPECT_EQ(r->bytes, n);
-  }
-  EXPECT_EQ(diff(in01, out01), "");
-  EXPECT_EQ(diff(in10, out10), "");
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
 }
 
 TEST_P(TcpSizes, ReceivePostedAfterTheDataArrived) {
@@ -345,52 +209,12 @@ TEST(TcpData, ReceivePostedWhileTheMessageIsHalfWay) {
 }
 
 TEST(TcpData, ManyTagsInFlightOutOfOrderBetweenThreeRanks) {
-  const int n = 3, kMsgs = 40;
   Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, n));
-  // Sizes mix tiny, odd, and multi-segment messages (> 512 KiB) so segments of different messages interleave.
-  auto sizeOf = [](int i) -> size_t {
-    static const size_t sizes[] = {0, 1, 7, 4095, 65536 + 3, (512u << 10) + 1, (1u << 20) + 7, 33};
-    return sizes[i % 8];
-  };
-  struct Msg {
-    int from, to, i;
-    Bytes out, in;
-    Request s, r;
-  };
-  std::deque<Msg> msgs;  // stable addresses for the requests
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b)
-        for (int i = 0; i < kMsgs; ++i) {
-          Msg& m = msgs.emplace_back();
-          m.from = a;
-          m.to = b;
-          m.i = i;
-          m.out = pattern(sizeOf(i), a * 1000 + b * 100 + i);
-          m.in.resize(sizeOf(i));
-        }
-  auto tag = [](const Msg& m) { return 0x1000ull + 977ull * m.i; };
-  // Half the receives first, in reverse order; then every send in order; then the other half, reversed again.
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 2 == 0) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  for (auto& m : msgs) ASSERT_TRUE(g.conn(m.from, m.to).isend(m.s, m.out, tag(m)).ok());
-  g.driveFor(0.05);
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 2 == 1) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  ASSERT_TRUE(g.drive([&] {
-    return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
-  }));
-  for (auto& m : msgs) {
-    SCOPED_TRACE(format("%d->%d #%d (%zu bytes)", m.from, m.to, m.i, m.out.size()));
-    EXPECT_TRUE(m.s.done()) << m.s.error.toString();
-    EXPECT_TRUE(m.r.done()) << m.r.error.toString();
-    EXPECT_EQ(diff(m.in, m.out), "");
-  }
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
+  // Sizes mix tiny, odd, and multi-segment messages (> 512 KiB) so segments of different messages interleave. Half
+  // the receives first.
+  ASSERT_NO_FATAL_FAILURE(expectManyTagsDelivered(
+      g, 40, {0, 1, 7, 4095, 65536 + 3, (512u << 10) + 1, (1u << 20) + 7, 33}, 0x1000, 2, 0.05));
 }
 
 // transport.h: "a receive with tag T completes with the message the peer sent with tag T, in whatever order
@@ -668,57 +492,6 @@ TEST(TcpFailure, CloseIsIdempotentAndFailsOwnRequests) {
 
 // ---- striping over several sockets: a child process with HETCOMM_NSOCKS_PERPEER set ----
 
-// Runs this binary again with only TcpStripingChild.Run and the given environment; returns its exit status and
-// fills its output.
-int runChild(const std::vector<std::string>& extraEnv, std::string* output, double timeoutSec = 120) {
-  char path[] = "/tmp/hc_striping_child.XXXXXX";
-  int fd = ::mkstemp(path);
-  if (fd < 0) return -1;
-  ::close(fd);
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    if (s.rfind("HETCOMM_NSOCKS_PERPEER=", 0) == 0 || s.rfind("HC_TEST_STRIPING_CHILD=", 0) == 0) continue;
-    envs.push_back(s);
-  }
-  envs.insert(envs.end(), extraEnv.begin(), extraEnv.end());
-  envs.push_back("HC_TEST_STRIPING_CHILD=1");
-  std::vector<char*> envp;
-  for (auto& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe", filter = "--gtest_filter=TcpStripingChild.Run";
-  char* argv[] = {exe.data(), filter.data(), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_TRUNC, 0);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ::unlink(path);
-    return -1;
-  }
-  int status = 0;
-  const Deadline deadline = Deadline::afterSec(timeoutSec);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (deadline.expired()) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      *output = "child timed out and was killed";
-      ::unlink(path);
-      return -2;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *output = ss.str();
-  ::unlink(path);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 TEST(TcpStripingChild, Run) {
   if (!std::getenv("HC_TEST_STRIPING_CHILD"))
     GTEST_SKIP() << "runs only as the child process of TcpStriping.* (with HETCOMM_NSOCKS_PERPEER set)";
@@ -781,9 +554,12 @@ TEST(TcpStripingChild, Run) {
   if (!HasFailure()) std::printf("HC_STRIPING_CHILD_OK nsocks=%s\n", nsocksEnv);
 }
 
+// Runs this binary again with only TcpStripingChild.Run, HETCOMM_NSOCKS_PERPEER=nsocks and HC_TEST_STRIPING_CHILD=1.
 void expectChildPasses(const std::string& nsocks) {
   std::string output;
-  int rc = runChild({"HETCOMM_NSOCKS_PERPEER=" + nsocks}, &output);
+  int rc = testing::runChild({"HETCOMM_NSOCKS_PERPEER=", "HC_TEST_STRIPING_CHILD="},
+                             {"HETCOMM_NSOCKS_PERPEER=" + nsocks, "HC_TEST_STRIPING_CHILD=1"}, "TcpStripingChild.Run",
+                             &output, 120);
   EXPECT_EQ(rc, 0) << output;
   EXPECT_NE(output.find("HC_STRIPING_CHILD_OK nsocks=" + nsocks), std::string::npos) << output;
 }

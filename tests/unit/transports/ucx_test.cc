@@ -11,40 +11,38 @@
 // binary, as tcp_test.cc and shm_test.cc do) with UCX_TLS=sm and HC_TEST_UCX_CHILD=1. Blobs whose address UCX
 // never made are tried in children too (UcxConnect.BlobWith* starts UcxBlobChild.*), so that a crash inside UCX
 // fails one test instead of ending the binary.
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdlib>
-#include <cstring>
-#include <deque>
-#include <fstream>
-#include <functional>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/deadline.h"
 #include "common/strings.h"
+#include "tests/support/transport_harness.h"
 #include "transports/ucx/ucx_transport.h"
-
-extern char** environ;
 
 namespace hetcomm::transport::ucx {
 namespace {
 
-using Bytes = std::vector<std::byte>;
-using Conns = std::vector<std::unique_ptr<Connection>>;
+using testing::Bytes;
+using testing::bytesOf;
+using testing::configFor;
+using testing::ConnectOutcome;
+using testing::Conns;
+using testing::contains;
+using testing::diff;
+using testing::expectDelivered;
+using testing::expectManyTagsDelivered;
+using testing::pattern;
+using testing::secretOf;
 
 bool isSmChild() { return std::getenv("HC_TEST_UCX_CHILD") != nullptr; }
 
@@ -62,45 +60,6 @@ std::string expectedTls() { return isSmChild() ? "sm" : "tcp"; }
 // memory until its receive is posted.
 constexpr size_t kRendezvousBytes = 256 << 10;
 
-crypto::Secret secretOf(uint8_t seed) {
-  crypto::Secret s{};
-  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<uint8_t>(seed * 31 + i);
-  return s;
-}
-
-// Deterministic, position-dependent bytes (xorshift64, a word at a time: 16 MiB in a few milliseconds).
-Bytes pattern(size_t n, uint32_t seed) {
-  Bytes v(n);
-  uint64_t x = (seed + 1) * 0x9E3779B97F4A7C15ull;
-  auto next = [&x] {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return x;
-  };
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w = next();
-    std::memcpy(v.data() + i, &w, 8);
-  }
-  for (; i < n; ++i) v[i] = static_cast<std::byte>(next());
-  return v;
-}
-
-// "" when equal, else where they first differ.
-std::string diff(const Bytes& got, const Bytes& want) {
-  if (got.size() != want.size()) return format("size %zu, expected %zu", got.size(), want.size());
-  if (got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0) return "";
-  auto m = std::mismatch(got.begin(), got.end(), want.begin());
-  return format("first difference at byte %zu of %zu", static_cast<size_t>(m.first - got.begin()), got.size());
-}
-
-bool contains(std::string_view hay, std::string_view needle) { return hay.find(needle) != std::string_view::npos; }
-
-Bytes bytesOf(const std::string& s) {
-  auto* p = reinterpret_cast<const std::byte*>(s.data());
-  return Bytes(p, p + s.size());
-}
 std::string textOf(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 // A comm id no other test of this process uses (UCX drops messages of another communicator).
@@ -109,25 +68,12 @@ uint64_t freshCommId() {
   return (0x5cull << 56) | (static_cast<uint64_t>(getpid() & 0xffffff) << 32) | ++counter;
 }
 
-transport::Config configFor(int rank, int n, const crypto::Secret& secret, uint64_t commId) {
-  transport::Config cfg;
-  cfg.rank = rank;
-  cfg.nranks = n;
-  cfg.secret = secret;
-  cfg.commId = commId;
-  cfg.timeoutSec = 10;
-  cfg.hostId = "unit-test-host";  // one host: same-host peers are also watched through their pidfd (our own pid)
-  return cfg;
-}
-
-// n transports of one communicator, connected to each other. Teardown runs every rank's on its own thread at once,
-// as separate processes would: a transport's destructor progresses only its own worker while its endpoints close,
-// and an endpoint's close may need the peer's worker to progress too. Each rank's connections go before its
-// transport.
-struct Group {
+// n transports of one communicator, connected to each other, with a comm id of their own. Teardown runs every
+// rank's on its own thread at once, as separate processes would: a transport's destructor progresses only its own
+// worker while its endpoints close, and an endpoint's close may need the peer's worker to progress too. Each
+// rank's connections go before its transport.
+struct Group : testing::TransportGroup {
   uint64_t commId = freshCommId();
-  std::vector<std::unique_ptr<UcxTransport>> t;
-  std::vector<Conns> c;  // c[rank][peer]
 
   ~Group() {
     c.resize(std::max(c.size(), t.size()));
@@ -139,101 +85,21 @@ struct Group {
       });
     for (auto& th : threads) th.join();
   }
-  Connection& conn(int from, int to) { return *c[from][to]; }
-
-  // Calls progress() on every transport until done() holds. Bounded by iterations and wall time. When a pass
-  // finds nothing done, arms every transport and, if all agree there is nothing waiting, sleeps in poll() on
-  // their fds for at most 2 ms (a short nap, so a missed wake-up costs time here, not a hang).
-  bool drive(const std::function<bool()>& done, double wallSec = 60, long maxIters = 5'000'000) {
-    const Deadline deadline = Deadline::afterSec(wallSec);
-    std::vector<pollfd> fds;
-    for (auto& tr : t)
-      if (tr) fds.push_back({tr->waitFd(), POLLIN, 0});
-    for (long i = 0; i < maxIters; ++i) {
-      for (auto& tr : t) {
-        if (!tr) continue;
-        Status st = tr->progress();
-        if (!st.ok()) {
-          ADD_FAILURE() << "progress: " << st.toString();
-          return false;
-        }
-      }
-      if (done()) return true;
-      if (deadline.expired()) return false;
-      bool sleep = true;
-      for (auto& tr : t)
-        if (tr && !tr->armForSleep()) sleep = false;
-      if (sleep) ::poll(fds.data(), fds.size(), 2);
-    }
-    return false;
-  }
-  // Drives for a while without a goal (lets data in flight land).
-  void driveFor(double sec) {
-    const Deadline d = Deadline::afterSec(sec);
-    drive([&] { return d.expired(); }, sec + 5);
-  }
 };
 
-struct ConnectOutcome {
-  std::vector<Result<Conns>> results;
-  std::vector<double> seconds;  // how long each connectAll took
-};
-
-// Creates and listens on every rank, then runs connectAll on a thread per rank. participates[r] false: rank r
-// listens but never calls connectAll (a peer that hangs).
+// Makes and listens on every rank, rank r with secrets[r], then runs connectAll on a thread per rank.
+// participates[r] false: rank r listens but never calls connectAll (a peer that hangs).
 ConnectOutcome connectGroup(Group& g, int n, const std::vector<crypto::Secret>& secrets, double deadlineSec,
                             std::vector<bool> participates = {}) {
-  if (participates.empty()) participates.assign(n, true);
-  ConnectOutcome out;
-  std::vector<Bytes> blobs(n);
-  g.t.resize(n);
-  for (int r = 0; r < n; ++r) {
-    auto tr = UcxTransport::create(configFor(r, n, secrets[r], g.commId));
-    EXPECT_TRUE(tr) << tr.error().toString();
-    if (!tr) return out;
-    g.t[r] = std::move(*tr);
-    auto blob = g.t[r]->listen();
-    EXPECT_TRUE(blob) << blob.error().toString();
-    if (!blob) return out;
-    blobs[r] = std::move(*blob);
-  }
-  std::vector<std::optional<Result<Conns>>> res(n);
-  out.seconds.assign(n, 0);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r) {
-    if (!participates[r]) continue;
-    threads.emplace_back([&, r] {
-      std::vector<Bytes> mine = blobs;
-      mine[r].clear();
-      double t0 = nowSec();
-      res[r].emplace(g.t[r]->connectAll(mine, Deadline::afterSec(deadlineSec)));
-      out.seconds[r] = nowSec() - t0;
-    });
-  }
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < n; ++r)
-    out.results.push_back(res[r] ? std::move(*res[r]) : Result<Conns>(internalError("did not take part")));
-  return out;
+  return testing::connectGroup(
+      g, n, [&](int r) { return testing::asTransport(UcxTransport::create(configFor(r, n, secrets[r], g.commId))); },
+      deadlineSec, std::move(participates));
 }
 
 // A connected group of n ranks with one secret; fails the test when set-up fails.
 void makeGroup(Group& g, int n) {
-  auto out = connectGroup(g, n, std::vector<crypto::Secret>(n, secretOf(1)), 20);
-  ASSERT_EQ(static_cast<int>(out.results.size()), n);
-  g.c.resize(n);
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(out.results[r]) << "rank " << r << ": " << out.results[r].error().toString();
-    g.c[r] = std::move(*out.results[r]);
-    ASSERT_EQ(static_cast<int>(g.c[r].size()), n);
-    for (int p = 0; p < n; ++p) {
-      if (p == r) {
-        EXPECT_EQ(g.c[r][p], nullptr);
-      } else {
-        ASSERT_NE(g.c[r][p], nullptr) << r << "->" << p;
-        EXPECT_EQ(g.c[r][p]->peer(), p);
-      }
-    }
-  }
+  testing::makeGroup(
+      g, n, [&](int r) { return testing::asTransport(UcxTransport::create(configFor(r, n, secretOf(1), g.commId))); });
 }
 
 // One message from `from` to `to` and back, checked: the pair works.
@@ -469,14 +335,7 @@ TEST_P(UcxSizes, BothDirectionsAtOnceReceivesPostedFirst) {
   EXPECT_EQ(r01.state, Request::State::kPending);
   ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
   ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }))
-      << "timed out";
-  for (Request* r : {&r01, &r10, &s01, &s10}) {
-    EXPECT_TRUE(r->done()) << r->error.toString();
-    EXPECT_EQ(r->bytes, n);
-  }
-  EXPECT_EQ(diff(in01, out01), "");
-  EXPECT_EQ(diff(in10, out10), "");
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
 }
 
 TEST_P(UcxSizes, ReceivePostedAfterTheDataArrived) {
@@ -511,14 +370,7 @@ TEST_P(UcxSizes, ReceivePostedAfterTheDataArrived) {
   if (eager10) {
     EXPECT_TRUE(r10.done()) << "state " << static_cast<int>(r10.state) << " " << r10.error.toString();
   }
-  ASSERT_TRUE(g.drive([&] { return r01.finished() && r10.finished() && s01.finished() && s10.finished(); }))
-      << "timed out";
-  for (Request* r : {&r01, &r10, &s01, &s10}) {
-    EXPECT_TRUE(r->done()) << r->error.toString();
-    EXPECT_EQ(r->bytes, n);
-  }
-  EXPECT_EQ(diff(in01, out01), "");
-  EXPECT_EQ(diff(in10, out10), "");
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Ucx, UcxSizes,
@@ -553,53 +405,12 @@ TEST(UcxData, OddSizesAroundTheThresholds) {
 }
 
 TEST(UcxData, ManyTagsInFlightInAnyOrderBetweenThreeRanks) {
-  const int n = 3, kMsgs = 24;
   Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, n));
-  // Eager, middling and rendezvous sizes mixed, so messages of both protocols overtake each other.
-  auto sizeOf = [](int i) -> size_t {
-    static const size_t sizes[] = {0, 1, 7, 8192, 65536 + 3, kRendezvousBytes + 1, (1u << 20) + 7, 33};
-    return sizes[i % 8];
-  };
-  struct Msg {
-    int from, to, i;
-    Bytes out, in;
-    Request s, r;
-  };
-  std::deque<Msg> msgs;  // stable addresses for the requests
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b)
-      if (a != b)
-        for (int i = 0; i < kMsgs; ++i) {
-          Msg& m = msgs.emplace_back();
-          m.from = a;
-          m.to = b;
-          m.i = i;
-          m.out = pattern(sizeOf(i), a * 1000 + b * 100 + i);
-          m.in.resize(sizeOf(i));
-        }
-  auto tag = [](const Msg& m) { return 0xABCD00000000ull + 977ull * m.i; };
-  // A third of the receives first, in reverse order; then every send in order; then the rest, reversed again.
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 3 == 0) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  for (auto& m : msgs) ASSERT_TRUE(g.conn(m.from, m.to).isend(m.s, m.out, tag(m)).ok());
-  g.driveFor(0.1);
-  for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-    if (it->i % 3 != 0) {
-      ASSERT_TRUE(g.conn(it->to, it->from).irecv(it->r, it->in, tag(*it)).ok());
-    }
-  ASSERT_TRUE(g.drive([&] {
-    return std::all_of(msgs.begin(), msgs.end(), [](const Msg& m) { return m.s.finished() && m.r.finished(); });
-  }));
-  for (auto& m : msgs) {
-    SCOPED_TRACE(format("%d->%d #%d (%zu bytes)", m.from, m.to, m.i, m.out.size()));
-    EXPECT_TRUE(m.s.done()) << m.s.error.toString();
-    EXPECT_TRUE(m.r.done()) << m.r.error.toString();
-    EXPECT_EQ(m.r.bytes, m.out.size());
-    EXPECT_EQ(diff(m.in, m.out), "");
-  }
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
+  // Eager, middling and rendezvous sizes mixed, so messages of both protocols overtake each other. A third of the
+  // receives first.
+  ASSERT_NO_FATAL_FAILURE(expectManyTagsDelivered(
+      g, 24, {0, 1, 7, 8192, 65536 + 3, kRendezvousBytes + 1, (1u << 20) + 7, 33}, 0xABCD00000000ull, 3, 0.1));
 }
 
 // transport.h: a receive with tag T completes with the message sent with tag T, in whatever order they arrive.
@@ -844,53 +655,7 @@ TEST(UcxFailure, CloseWithAnEarlyMessageWaitingReleasesIt) {
 // extraEnv); returns its exit status and fills its output.
 int runChild(const std::vector<std::string>& extraEnv, const std::string& filter, std::string* output,
              double timeoutSec) {
-  char path[] = "/tmp/hc_ucx_child.XXXXXX";
-  int fd = ::mkstemp(path);
-  if (fd < 0) return -1;
-  ::close(fd);
-  std::vector<std::string> envs;
-  for (char** e = environ; *e; ++e) {
-    std::string s = *e;
-    if (s.rfind("UCX_TLS=", 0) == 0 || s.rfind("HC_TEST_UCX_", 0) == 0 || s.rfind("GTEST_", 0) == 0) continue;
-    envs.push_back(s);
-  }
-  envs.insert(envs.end(), extraEnv.begin(), extraEnv.end());
-  std::vector<char*> envp;
-  for (auto& s : envs) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string exe = "/proc/self/exe", f = "--gtest_filter=" + filter;
-  char* argv[] = {exe.data(), f.data(), nullptr};
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, path, O_WRONLY | O_TRUNC, 0);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) {
-    ::unlink(path);
-    return -1;
-  }
-  int status = 0;
-  bool killed = false;
-  const Deadline deadline = Deadline::afterSec(timeoutSec);
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (deadline.expired()) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      *output = "child timed out and was killed\n";
-      killed = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  *output += ss.str();
-  ::unlink(path);
-  if (killed) return -2;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return testing::runChild({"UCX_TLS=", "HC_TEST_UCX_", "GTEST_"}, extraEnv, filter, output, timeoutSec);
 }
 
 TEST(UcxOverSharedMemory, EveryTestAgainWithUcxTlsSm) {

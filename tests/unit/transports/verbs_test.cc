@@ -16,7 +16,6 @@
 // The device tests (VerbsData*) connect two transports of one process through a real port's loopback, like the tcp
 // tests: they run only where discover() finds an active port, and skip with its reason elsewhere.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -27,8 +26,8 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
-#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -37,6 +36,7 @@
 #include "common/deadline.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "tests/support/transport_harness.h"
 #include "transports/verbs/mr_cache.h"
 #include "transports/verbs/verbs_connection.h"
 #include "transports/verbs/verbs_device.h"
@@ -46,7 +46,10 @@
 namespace hetcomm::transport::verbs {
 namespace {
 
-using Bytes = std::vector<std::byte>;
+using testing::Bytes;
+using testing::bytesOf;
+using testing::contains;
+using testing::pattern;
 
 PortInfo ibPort(const std::string& dev, int port, uint64_t prefix, uint64_t rateMbps, uint16_t lid) {
   PortInfo p;
@@ -75,27 +78,6 @@ PortInfo rocePort(const std::string& dev, int port, uint64_t rateMbps, uint8_t i
   p.mtu = 1024;
   p.maxMsgSize = 1u << 30;
   return p;
-}
-
-Bytes bytesOf(const std::string& s) {
-  auto* p = reinterpret_cast<const std::byte*>(s.data());
-  return Bytes(p, p + s.size());
-}
-
-Bytes pattern(size_t n, uint32_t seed) {
-  Bytes v(n);
-  uint32_t x = seed * 2654435761u + 12345;
-  for (auto& b : v) {
-    x ^= x << 13;
-    x ^= x >> 17;
-    x ^= x << 5;
-    b = static_cast<std::byte>(x);
-  }
-  return v;
-}
-
-bool contains(std::string_view haystack, std::string_view needle) {
-  return haystack.find(needle) != std::string_view::npos;
 }
 
 // ---- HETCOMM_IB_HCA ----
@@ -2011,33 +1993,10 @@ TEST(VerbsCreate, TakesAnAvailabilityDiscoveredBefore) {
 
 // ---- two transports of one process over a real device (skipped without one) ----
 
-struct Pair {
-  std::vector<std::unique_ptr<VerbsTransport>> t;
-  std::vector<std::vector<std::unique_ptr<Connection>>> c;
-  ~Pair() {
-    c.clear();
-    t.clear();
-  }
-  Connection& conn(int from, int to) { return *c[from][to]; }
-
+// Drives without an iteration bound, 30 s by default.
+struct Pair : testing::TransportGroup {
   bool drive(const std::function<bool()>& done, double wallSec = 30) {
-    const Deadline deadline = Deadline::afterSec(wallSec);
-    std::vector<pollfd> fds;
-    for (auto& tr : t) fds.push_back({tr->waitFd(), POLLIN, 0});
-    while (true) {
-      for (auto& tr : t) {
-        Status st = tr->progress();
-        if (!st.ok()) {
-          ADD_FAILURE() << "progress: " << st.toString();
-          return false;
-        }
-      }
-      if (done()) return true;
-      if (deadline.expired()) return false;
-      bool sleepy = true;
-      for (auto& tr : t) sleepy = tr->armForSleep() && sleepy;
-      if (sleepy) ::poll(fds.data(), fds.size(), 2);
-    }
+    return TransportGroup::drive(done, wallSec, std::numeric_limits<long>::max());
   }
 };
 
@@ -2045,28 +2004,8 @@ struct Pair {
 void makePair(Pair& g) {
   Availability av = discover(param::readString("IB_HCA", ""));
   if (av.ports.empty()) GTEST_SKIP() << "no usable RDMA port: " << av.reason;
-  std::vector<Bytes> blobs(2);
-  for (int r = 0; r < 2; ++r) {
-    auto t = VerbsTransport::create(configFor(r, 2));
-    ASSERT_TRUE(t) << t.error().toString();
-    g.t.push_back(std::move(*t));
-    auto b = g.t[r]->listen();
-    ASSERT_TRUE(b) << b.error().toString();
-    blobs[r] = *b;
-  }
-  std::vector<std::optional<Result<std::vector<std::unique_ptr<Connection>>>>> res(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      std::vector<Bytes> mine = blobs;
-      mine[r].clear();
-      res[r].emplace(g.t[r]->connectAll(mine, Deadline::afterSec(20)));
-    });
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(*res[r]) << "rank " << r << ": " << res[r]->error().toString();
-    g.c.push_back(std::move(**res[r]));
-  }
+  ASSERT_NO_FATAL_FAILURE(
+      testing::makeGroup(g, 2, [](int r) { return testing::asTransport(VerbsTransport::create(configFor(r, 2))); }));
   EXPECT_EQ(g.t[0]->properties().kind, Kind::kVerbs);
   EXPECT_TRUE(contains(g.conn(0, 1).describe(), "r0->r1/verbs(")) << g.conn(0, 1).describe();
 }
