@@ -963,7 +963,9 @@ TEST(ShmPeerDeath, KilledInTheMiddleOfALargeMessage) {
     auto sending = readMsg(child.fromChild);
     ASSERT_TRUE(sending && *sending == "sending");
     // Ring: take a few MiB of it. Attach: this side does not look, or it would pull the whole message at once.
-    if (ringOnly()) ASSERT_NO_FATAL_FAILURE(lockstep(child, me, 4));
+    if (ringOnly()) {
+      ASSERT_NO_FATAL_FAILURE(lockstep(child, me, 4));
+    }
     ASSERT_FALSE(r.finished()) << (r.failed() ? r.error.toString() : "64 MiB arrived before the kill");
     child.killAndWaitDead();
     const double t0 = nowSec();
