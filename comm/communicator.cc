@@ -276,6 +276,18 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
     blobs[k][p] = peers[p].blobs[k];
     ++served[k];
   }
+  // TCP dials each peer first at its address on the fabric chosen for the pair.
+  if (ts[static_cast<int>(transport::Kind::kTcp)]) {
+    std::vector<std::vector<std::string>> prefer(nranks_);
+    for (int p = 0; p < nranks_; ++p) {
+      if (p == rank_ || choices_[p].fabric < 0) continue;
+      for (const topo::NicRef& ref : cluster_->fabrics()[choices_[p].fabric].nics)
+        if (ref.host == cluster_->hostOf(p))
+          for (const std::string& cidr : cluster_->nic(ref).addresses)
+            prefer[p].push_back(cidr.substr(0, cidr.find('/')));
+    }
+    ts[static_cast<int>(transport::Kind::kTcp)]->preferAddresses(std::move(prefer));
+  }
   conns_.resize(nranks_);
   // Every rank connects in the same order (shm, verbs, ucx, tcp), and a transport's connectAll only waits for
   // peers it serves, so no two ranks wait on each other crosswise.

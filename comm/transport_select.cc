@@ -86,8 +86,10 @@ PairChoice automatic(const topo::ClusterView& view, const Offer& A, const Offer&
       std::string pa = rdmaPortOn(view, f, ha, A.verbsPorts), pb = rdmaPortOn(view, f, hb, B.verbsPorts);
       const bool ok = k == Kind::kVerbs ? has(A.verbsPorts, pa) && has(B.verbsPorts, pb) : A.ucx && B.ucx && !pa.empty() && !pb.empty();
       if (ok)
-        return {k, format("%s: %s on %s / %s", describeFabric(view, f, ha, hb).c_str(), transport::kindName(k),
-                          pa.c_str(), pb.c_str())};
+        return {k,
+                format("%s: %s on %s / %s", describeFabric(view, f, ha, hb).c_str(), transport::kindName(k),
+                       pa.c_str(), pb.c_str()),
+                fi};
       if (!rdmaNote.empty()) continue;
       if (pa.empty() || pb.empty())
         rdmaNote = format("rank %d's NIC on it has no RDMA device", pa.empty() ? a : b);
@@ -100,7 +102,7 @@ PairChoice automatic(const topo::ClusterView& view, const Offer& A, const Offer&
   const topo::Fabric& best = view.fabrics()[shared.front()];
   std::string why = describeFabric(view, best, ha, hb) + ": tcp";
   if (isRdma(best.kind)) why += " (no RDMA at both ends: " + rdmaNote + ")";
-  return {Kind::kTcp, why};
+  return {Kind::kTcp, why, shared.front()};
 }
 
 }  // namespace
@@ -133,9 +135,15 @@ PairChoice choose(const topo::ClusterView& view, const std::vector<Offer>& offer
   std::string refused;
   for (Kind k : forced) {
     std::string whyNot = cannotServe(view, k, A, B, a, b);
-    if (whyNot.empty())
-      return {k, format("HETCOMM_TRANSPORT forces %s%s%s%s", transport::kindName(k), refused.empty() ? "" : " [",
-                        refused.c_str(), refused.empty() ? "" : "]")};
+    if (whyNot.empty()) {
+      // Over the fastest fabric the hosts share (the first, best first), whatever the transport.
+      const auto shared = view.sharedFabrics(view.hostOf(a), view.hostOf(b));
+      const bool remote = A.hostId != B.hostId && !shared.empty();
+      return {k,
+              format("HETCOMM_TRANSPORT forces %s%s%s%s", transport::kindName(k), refused.empty() ? "" : " [",
+                     refused.c_str(), refused.empty() ? "" : "]"),
+              remote ? shared.front() : -1};
+    }
     refused += format("%s%s: %s", refused.empty() ? "" : "; ", transport::kindName(k), whyNot.c_str());
   }
   PairChoice c = automatic(view, A, B, a, b);

@@ -34,6 +34,7 @@ struct Offer {
 struct PairChoice {
   transport::Kind kind = transport::Kind::kTcp;
   std::string why;  // "same host", "fabric ib0 (ib, 100 Gb/s): verbs at both ends", ...
+  int fabric = -1;  // the ClusterView fabric the pair's traffic should take; -1: same host, or none known
 };
 
 // HETCOMM_TRANSPORT's value: empty, or a comma list of shm, tcp, ucx, verbs. An unknown name is an error that

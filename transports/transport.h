@@ -108,6 +108,10 @@ class Transport {
   // all are connected and authenticated, or the deadline passes. Every peer must call it with a consistent set.
   virtual Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
                                                                       Deadline deadline) = 0;
+  // Optional, before connectAll: per rank, the peer's addresses to try first (the communicator's choice of
+  // fabric for the pair, from the topology; empty: no preference). Transports that reach peers by IP address
+  // (tcp) honour it; the others ignore it.
+  virtual void preferAddresses(std::vector<std::vector<std::string>> byPeer) {}
   // Moves whatever data can move now on every connection; never blocks.
   virtual Status progress() = 0;
   // Readable when progress() has work to do; the engine polls it. -1: must be polled.

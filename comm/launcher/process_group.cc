@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -101,11 +102,22 @@ struct Rank {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork and prctl; then nothing would ever kill this rank.
   if (getppid() != launcher) _exit(127);
-  if (netnsFd >= 0 && setns(netnsFd, CLONE_NEWNET) != 0) {  // an emulated host's network (hetcomm-run --cluster)
-    int err = errno;
-    ssize_t ignored = write(execErrFd, &err, sizeof(err));
-    (void)ignored;
-    _exit(127);
+  // An emulated host (hetcomm-run --cluster): its network namespace, and, as `ip netns exec` does, a private
+  // mount namespace with /sys mounted again, so that sysfs (where topology discovery reads NICs) shows the
+  // namespace's interfaces rather than the root namespace's.
+  if (netnsFd >= 0) {
+    bool ok = setns(netnsFd, CLONE_NEWNET) == 0 && unshare(CLONE_NEWNS) == 0 &&
+              mount("", "/", nullptr, MS_SLAVE | MS_REC, nullptr) == 0;
+    if (ok) {
+      umount2("/sys", MNT_DETACH);
+      ok = mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0;
+    }
+    if (!ok) {
+      int err = errno;
+      ssize_t ignored = write(execErrFd, &err, sizeof(err));
+      (void)ignored;
+      _exit(127);
+    }
   }
   if (dup2(stdinFd, STDIN_FILENO) >= 0 && dup2(outFd, STDOUT_FILENO) >= 0 && dup2(errFd, STDERR_FILENO) >= 0) {
     sigaction(SIGPIPE, &gOriginalSigpipe, nullptr);

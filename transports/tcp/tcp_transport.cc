@@ -377,6 +377,10 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
     std::vector<std::string> addrs;
     const bool sameHost = info.host == config_.hostId;
     if (sameHost && !ifnameForced_) addrs.push_back("127.0.0.1");
+    // The fabric the communicator chose for the pair first (the peer's address on it), then the peer's own order.
+    if (static_cast<size_t>(p) < preferred_.size())
+      for (const auto& a : preferred_[p])
+        if (std::find(info.addrs.begin(), info.addrs.end(), a) != info.addrs.end()) addrs.push_back(a);
     for (const auto& a : info.addrs)
       if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
     dialCount[p] = nsocks_ > 0 ? nsocks_ : sameHost ? kLocalSockets : kRemoteSockets;

@@ -42,6 +42,7 @@ class TcpTransport final : public Transport {
   Result<std::vector<std::byte>> listen() override;
   Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
                                                               Deadline deadline) override;
+  void preferAddresses(std::vector<std::vector<std::string>> byPeer) override { preferred_ = std::move(byPeer); }
   Status progress() override;
   int waitFd() const override { return epollFd_; }
 
@@ -56,6 +57,7 @@ class TcpTransport final : public Transport {
   bool ifnameForced_;
   boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
+  std::vector<std::vector<std::string>> preferred_;  // per peer: its addresses to dial first
 };
 
 }  // namespace hetcomm::transport::tcp
