@@ -66,16 +66,36 @@ std::string Args::describe() const {
   return "?";
 }
 
-double GroupView::ringBwGBps() const {
-  double worst = nranks > 1 ? bwGBps(0, 1 % nranks) : kNominalBwGBps;
-  for (int i = 0; i < nranks; ++i) worst = std::min(worst, bwGBps(i, (i + 1) % nranks));
+std::vector<int> GroupView::nicAwareOrder() const {
+  std::vector<int> order(nranks);
+  for (int r = 0; r < nranks; ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::pair(islandOf(a), hostOf(a)) < std::pair(islandOf(b), hostOf(b));
+  });
+  return order;
+}
+
+double GroupView::ringBwGBps(const std::vector<int>& order) const {
+  const int n = static_cast<int>(order.size());
+  double worst = n > 1 ? bwGBps(order[0], order[1 % n]) : kNominalBwGBps;
+  for (int i = 0; i < n; ++i) worst = std::min(worst, bwGBps(order[i], order[(i + 1) % n]));
   return worst > 0 ? worst : kNominalBwGBps;
 }
 
-double GroupView::ringAlphaUs() const {
+double GroupView::ringAlphaUs(const std::vector<int>& order) const {
+  const int n = static_cast<int>(order.size());
   double worst = 0;
-  for (int i = 0; i < nranks; ++i) worst = std::max(worst, alphaUs(i, (i + 1) % nranks));
-  return nranks > 1 ? worst : 0;
+  for (int i = 0; i < n; ++i) worst = std::max(worst, alphaUs(order[i], order[(i + 1) % n]));
+  return n > 1 ? worst : 0;
 }
+
+static std::vector<int> identityOrder(int n) {
+  std::vector<int> order(n);
+  for (int r = 0; r < n; ++r) order[r] = r;
+  return order;
+}
+
+double GroupView::ringBwGBps() const { return ringBwGBps(identityOrder(nranks)); }
+double GroupView::ringAlphaUs() const { return ringAlphaUs(identityOrder(nranks)); }
 
 }  // namespace hetcomm::coll

@@ -64,9 +64,15 @@ struct GroupView {
   static constexpr double kNominalAlphaUs = 20, kNominalBwGBps = 1.25;
   double alphaUs(int i, int j) const { return alpha.empty() ? kNominalAlphaUs : alpha[size_t(i) * nranks + j]; }
   double bwGBps(int i, int j) const { return bw.empty() ? kNominalBwGBps : bw[size_t(i) * nranks + j]; }
-  // The slowest hop of the ring in rank order (what bounds ring and chain algorithms), and its worst alpha.
+  // The slowest hop of the ring in rank order (what bounds ring and chain algorithms), and its worst alpha; or
+  // of the ring through `order` (group ranks).
   double ringBwGBps() const;
   double ringAlphaUs() const;
+  double ringBwGBps(const std::vector<int>& order) const;
+  double ringAlphaUs(const std::vector<int>& order) const;
+  // The ranks in an order that crosses hosts and islands as few times as possible: by island, then host, then
+  // rank. The same on every rank. Rank order when nothing is known of the topology.
+  std::vector<int> nicAwareOrder() const;
 };
 
 }  // namespace hetcomm::coll

@@ -26,6 +26,16 @@ Ring::Ring(const GroupView& g, const std::vector<int>& members, int index, size_
   ch.per = std::max<size_t>(1, perChunk);
 }
 
+Ring::Ring(const GroupView& g, const std::vector<int>& order, size_t count, kernels::DataType dtype)
+    : n(static_cast<int>(order.size())),
+      r(static_cast<int>(std::find(order.begin(), order.end(), g.rank) - order.begin())),
+      next(order[(r + 1) % n]),
+      prev(order[(r + n - 1) % n]),
+      lateReceiveFree(g.lateReceiveIsFree(prev)),
+      esz(kernels::sizeOf(dtype)),
+      blocks(evenBlocks(count, n)),
+      ch(chunkingFor(blocks.maxCount, esz, g.chunkBytes)) {}
+
 Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
   size_t cnt = blocks.count[b];
   size_t lo = ch.begin(c, cnt), hi = ch.end(c, cnt);

@@ -15,6 +15,8 @@ namespace hetcomm::coll {
 
 struct Ring {
   Ring(const GroupView& g, size_t count, kernels::DataType dtype);
+  // The ring through `order` (every group rank once), blocks numbered by position in it: r is this rank's.
+  Ring(const GroupView& g, const std::vector<int>& order, size_t count, kernels::DataType dtype);
   // A ring over some of the group's ranks, for planners that lay out blocks and chunks themselves through the
   // slice functions (blocks/chunk() stay empty): members in ring order, this rank at members[index], `chunks`
   // chunks per block of at most perChunk elements each (the staging slot size).

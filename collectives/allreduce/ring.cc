@@ -1,5 +1,6 @@
 // Ring allreduce: reduce-scatter then all-gather around the ring, both pipelined in chunks. Bandwidth-optimal:
-// every rank sends 2(n-1)/n of the buffer; latency 2(n-1) hops.
+// every rank sends 2(n-1)/n of the buffer; latency 2(n-1) hops. The ring runs in NIC-aware order (island, host,
+// rank): a ring's pace is its slowest hop, so it crosses hosts and islands as few times as it can.
 #include "collectives/algorithm_list.h"
 #include "collectives/ring_phases.h"
 
@@ -11,7 +12,8 @@ class RingAllReduce final : public Algorithm {
   std::string_view name() const override { return "ring"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllReduce; }
   double estimateUs(const Args& a, const GroupView& g) const override {
-    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
+    const std::vector<int> order = g.nicAwareOrder();
+    const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     int n = g.nranks;
     return n == 1 ? 0 : 2.0 * (n - 1) * alphaUs + 2.0 * (n - 1) / n * bytes / (bwGBps * 1e3);
@@ -27,7 +29,7 @@ class RingAllReduce final : public Algorithm {
       copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
       return s;
     }
-    Ring ring(g, a.count, a.dtype);
+    Ring ring(g, g.nicAwareOrder(), a.count, a.dtype);
     s.scratchBytes = ringStageBytes(ring);
     auto in = [&](int b, size_t c) { return ring.chunk(Buf::kSend, ring.blockOffsetBytes(b), b, c); };
     auto res = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, ring.blockOffsetBytes(b), b, c); };

@@ -337,5 +337,24 @@ TEST(Collectives, CostModelPicksRecursiveDoublingForSmallAndRingForLarge) {
   EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "ring");
 }
 
+TEST(Collectives, RingAllReduceRunsInNicAwareOrder) {
+  // Ranks placed round-robin over 4 hosts: in rank order every hop leaves its host; in NIC-aware order only 4 do.
+  testing::SimTopology t;
+  const int n = 8;
+  for (int r = 0; r < n; ++r) {
+    t.host.push_back(r % 4);
+    t.island.push_back(0);
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) t.bw.push_back(t.host[i] == t.host[j] ? 10.0 : 1.0);
+  for (size_t count : {size_t{1}, size_t{1023}, size_t{70001}})
+    runCase({CollKind::kAllReduce, n, count, DataType::kFloat32, RedOp::kSum, 0, false}, 4096, false, "ring", t);
+  GroupView g;
+  g.nranks = n;
+  g.host = t.host;
+  g.island = t.island;
+  EXPECT_EQ(g.nicAwareOrder(), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+}
+
 }  // namespace
 }  // namespace hetcomm::coll
