@@ -258,6 +258,35 @@ inline void expectDelivered(TransportGroup& g, size_t n, std::initializer_list<t
   for (auto [got, want] : delivered) EXPECT_EQ(diff(*got, *want), "");
 }
 
+// Ranks 0 and 1 of g exchange n bytes both ways at once with the same tag (a different message per direction),
+// receives posted before the sends. Expects both delivered intact within wallSec.
+inline void expectBothDirectionsReceivesFirst(TransportGroup& g, size_t n, double wallSec = 60) {
+  Bytes out01 = pattern(n, 1), out10 = pattern(n, 2);
+  Bytes in01(n), in10(n);
+  transport::Request r01, r10, s01, s10;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r01, in01, 77).ok());
+  ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());
+  EXPECT_EQ(r01.state, transport::Request::State::kPending);
+  ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
+  ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
+  ASSERT_NO_FATAL_FAILURE(
+      expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}, wallSec));
+}
+
+// Rank 1 aborts its connection to rank 0 with nothing pending; the receive rank 0 posts afterwards fails with
+// kRemote and the reason.
+inline void expectAbortFailsTheNextReceive(TransportGroup& g) {
+  g.conn(1, 0).sendAbort("rank 1 gives up");  // the higher rank aborts this time
+  g.driveFor(0.1);
+  Bytes in(4);
+  transport::Request r;
+  ASSERT_TRUE(g.conn(0, 1).irecv(r, in, 1).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished(); }, 5));
+  ASSERT_TRUE(r.failed());
+  EXPECT_EQ(r.error.code(), Code::kRemote);
+  EXPECT_TRUE(contains(r.error.message(), "rank 1 gives up")) << r.error.message();
+}
+
 // Many messages in flight at once, matched by tag in whatever order they come: kMsgs from every rank of g to
 // every other, message i of sizes[i % sizes.size()] bytes with tag tagBase + 977 i. The receives of every
 // firstEvery-th message are posted first, in reverse order; then every send goes, in order; then, after settleSec

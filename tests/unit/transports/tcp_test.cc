@@ -151,14 +151,7 @@ TEST_P(TcpSizes, BothDirectionsAtOnceReceivesPostedFirst) {
   const size_t n = GetParam();
   Group g;
   ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  Bytes out01 = pattern(n, 1), out10 = pattern(n, 2);
-  Bytes in01(n), in10(n);
-  Request r01, r10, s01, s10;
-  ASSERT_TRUE(g.conn(1, 0).irecv(r01, in01, 77).ok());
-  ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());  // same tag in the other direction is a different message
-  ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
-  ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
+  ASSERT_NO_FATAL_FAILURE(expectBothDirectionsReceivesFirst(g, n));
 }
 
 TEST_P(TcpSizes, ReceivePostedAfterTheDataArrived) {
@@ -463,15 +456,7 @@ TEST(TcpFailure, SendAbortReachesThePendingReceiveWithTheReason) {
 TEST(TcpFailure, SendAbortWithoutPendingReceiveFailsTheNextOne) {
   Group g;
   ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  g.conn(1, 0).sendAbort("rank 1 gives up");  // the higher rank aborts this time
-  g.driveFor(0.1);
-  Bytes in(4);
-  Request r;
-  ASSERT_TRUE(g.conn(0, 1).irecv(r, in, 1).ok());
-  ASSERT_TRUE(g.drive([&] { return r.finished(); }, 5));
-  ASSERT_TRUE(r.failed());
-  EXPECT_EQ(r.error.code(), Code::kRemote);
-  EXPECT_NE(r.error.message().find("rank 1 gives up"), std::string::npos) << r.error.message();
+  ASSERT_NO_FATAL_FAILURE(expectAbortFailsTheNextReceive(g));
 }
 
 TEST(TcpFailure, CloseIsIdempotentAndFailsOwnRequests) {

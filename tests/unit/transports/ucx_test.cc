@@ -327,15 +327,7 @@ TEST_P(UcxSizes, BothDirectionsAtOnceReceivesPostedFirst) {
   const size_t n = GetParam();
   Group g;
   ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  Bytes out01 = pattern(n, 1), out10 = pattern(n, 2);
-  Bytes in01(n), in10(n);
-  Request r01, r10, s01, s10;
-  ASSERT_TRUE(g.conn(1, 0).irecv(r01, in01, 77).ok());
-  ASSERT_TRUE(g.conn(0, 1).irecv(r10, in10, 77).ok());  // same tag in the other direction is a different message
-  EXPECT_EQ(r01.state, Request::State::kPending);
-  ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
-  ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
+  ASSERT_NO_FATAL_FAILURE(expectBothDirectionsReceivesFirst(g, n));
 }
 
 TEST_P(UcxSizes, ReceivePostedAfterTheDataArrived) {
@@ -565,15 +557,7 @@ TEST(UcxFailure, SendAbortReachesThePendingReceiveWithTheReason) {
 TEST(UcxFailure, SendAbortWithoutPendingReceiveFailsTheNextOne) {
   Group g;
   ASSERT_NO_FATAL_FAILURE(makeGroup(g, 3));
-  g.conn(1, 0).sendAbort("rank 1 gives up");  // the higher rank aborts this time
-  g.driveFor(0.1);
-  Bytes in(4);
-  Request r;
-  ASSERT_TRUE(g.conn(0, 1).irecv(r, in, 1).ok());
-  ASSERT_TRUE(g.drive([&] { return r.finished(); }, 5));
-  ASSERT_TRUE(r.failed());
-  EXPECT_EQ(r.error.code(), Code::kRemote);
-  EXPECT_TRUE(contains(r.error.message(), "rank 1 gives up")) << r.error.message();
+  ASSERT_NO_FATAL_FAILURE(expectAbortFailsTheNextReceive(g));
   // The abort concerns that connection only: rank 0 and rank 2 still talk.
   ASSERT_NO_FATAL_FAILURE(expectPairWorks(g, 0, 2, 2));
   ASSERT_NO_FATAL_FAILURE(expectPairWorks(g, 2, 0, 3));
