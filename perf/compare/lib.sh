@@ -1,5 +1,6 @@
-# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh) share: the machine's load around a run,
-# running a command with a time limit into a log, and pulling result rows out of a log. Sourced; the caller sets
+# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh, run-ucx.sh, run-emulated.sh) share: the
+# machine's load around a run, running a command with a time limit into a log, and pulling result rows out of a
+# log. Sourced; the caller sets
 # PROG (its name, for messages) and TIMEOUT_S.
 # shellcheck shell=bash
 
@@ -12,6 +13,19 @@ cpu_busy() {
   b=$(awk '/^cpu /{print $2+$3+$4+$7+$8+$9, $5+$6}' /proc/stat)
   awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); d = (y[1] - x[1]) + (y[2] - x[2]);
     printf "%.0f", (d > 0 ? 100 * (y[1] - x[1]) / d : 0) }'
+}
+# wait_quiet SEC PCT: waits up to SEC seconds until the CPUs are at most PCT% busy (saying so on stderr when it
+# has to wait), then prints the last busy percentage measured.
+wait_quiet() {
+  local limit=$1 pct=$2 busy waited=0
+  busy=$(cpu_busy)
+  while [[ $busy -gt $pct && $waited -lt $limit ]]; do
+    [[ $waited -eq 0 ]] && echo "$PROG: CPUs ${busy}% busy, waiting up to ${limit}s" >&2
+    sleep 2
+    waited=$((waited + 3))
+    busy=$(cpu_busy)
+  done
+  echo "$busy"
 }
 # cpu_snap / niced_share A B: share of all CPU time spent in niced tasks between two snapshots. The other builders
 # on this machine compile under `nice`, and the benchmarks run un-niced, so this is the other tenants' load.

@@ -201,14 +201,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
       attempt=$((attempt + 1))
       log=$LOG_DIR/$peer.round$r.log
       [[ $attempt -gt 1 ]] && log=$LOG_DIR/$peer.round$r.retry$((attempt - 1)).log
-      busy=$(cpu_busy)
-      waited=0
-      while [[ $busy -gt $QUIET_PCT && $waited -lt $WAIT_QUIET_S ]]; do
-        [[ $waited -eq 0 ]] && echo "run-shm: CPUs ${busy}% busy, waiting up to ${WAIT_QUIET_S}s" >&2
-        sleep 2
-        waited=$((waited + 3))
-        busy=$(cpu_busy)
-      done
+      busy=$(wait_quiet "$WAIT_QUIET_S" "$QUIET_PCT")
       s0=$(cpu_snap)
       run_logged "$log" "${CMD[@]}"
       others=$(niced_share "$s0" "$(cpu_snap)")

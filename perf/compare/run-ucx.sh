@@ -73,15 +73,6 @@ transport_env() {  # T: the hetcomm-run -x options that select it, into ENVX
     *) ENVX=(-x "HETCOMM_TRANSPORT=$1") ;;
   esac
 }
-wait_quiet() {
-  local busy waited=0
-  busy=$(cpu_busy)
-  while [[ $busy -gt $QUIET_PCT && $waited -lt $WAIT_QUIET_S ]]; do
-    sleep 2
-    waited=$((waited + 3))
-    busy=$(cpu_busy)
-  done
-}
 record() {  # CONFIG ROUND LOG PEER-KIND: rows for the sizes, into SAMPLES
   extract "$4" "$2" "$3" "$SIZES" | awk -v c="$1" -F'\t' '{ print c "\t" $2 "\t" $3 "\t" $4 }' >>"$SAMPLES"
 }
@@ -109,7 +100,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
   for n in "${NRANKS_LIST[@]}"; do
     for t in "${TRANSPORTS[@]}"; do
       transport_env "$t"
-      wait_quiet
+      wait_quiet "$WAIT_QUIET_S" "$QUIET_PCT" >/dev/null
       log=$LOG_DIR/allreduce-np$n-$t.round$r.log
       run_logged "$log" "$RUN" -np "$n" "${ENVX[@]}" "$BUILD/bin/all_reduce_perf" -b 1M -e 64M -f 64 -c 0 \
         -n "$ITERS" -w "$WARMUP"
@@ -118,14 +109,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
   for t in "${TRANSPORTS[@]}"; do
     transport_env "$t"
-    wait_quiet
+    wait_quiet "$WAIT_QUIET_S" "$QUIET_PCT" >/dev/null
     log=$LOG_DIR/p2p-$t.round$r.log
     run_logged "$log" "$RUN" -np 2 "${ENVX[@]}" "$BUILD/bin/p2p_bw" -b 1M -e 64M -f 64 -n "$ITERS" -w "$WARMUP"
     record "p2p_bw $t" "$r" "$log" p2p_bw
   done
   for tls in tcp sm; do
     for s in ${SIZES//,/ }; do
-      wait_quiet
+      wait_quiet "$WAIT_QUIET_S" "$QUIET_PCT" >/dev/null
       perftest "$tls" "$s" "$r"
     done
   done
