@@ -1,7 +1,6 @@
 # lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh, run-ucx.sh, run-emulated.sh) share: the
 # machine's load around a run, running a command with a time limit into a log, and pulling result rows out of a
-# log. Sourced; the caller sets
-# PROG (its name, for messages) and TIMEOUT_S.
+# log. Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
 # shellcheck shell=bash
 
 # cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
