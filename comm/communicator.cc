@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "comm/engine.h"
+#include "comm/link_probe.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
@@ -302,6 +303,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   }
   connPtrs_.resize(nranks_);
   for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
+  if (probeEnabled() && nranks_ > 1) HC_TRY(probeLinks(offers, forcedKinds, deadline));
   group_ = groupView(*cluster_, *links_);
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
@@ -328,6 +330,37 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
                conns_[p]->describe().c_str(), choices_[p].why.c_str());
   if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
   return okStatus();
+}
+
+// Measures each class of link (or takes the cached figures) and puts the results into the link matrix.
+Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
+                                Deadline deadline) {
+  // Every rank needs the transport of every pair to name the classes alike: choose() is the same pure function
+  // each end used for its own pairs.
+  std::vector<transport::Kind> kinds(size_t(nranks_) * nranks_, transport::Kind::kShm);
+  for (int i = 0; i < nranks_; ++i)
+    for (int j = i + 1; j < nranks_; ++j)
+      kinds[size_t(i) * nranks_ + j] = kinds[size_t(j) * nranks_ + i] =
+          choose(*cluster_, offers, forcedKinds, i, j).kind;
+  auto kindOf = [&](int i, int j) { return kinds[size_t(i) * nranks_ + j]; };
+  std::vector<LinkClassProbe> classes = linkClasses(*cluster_, *links_, kindOf);
+  ProbeContext ctx;
+  ctx.rank = rank_;
+  ctx.nranks = nranks_;
+  ctx.store = store_.get();
+  ctx.keyPrefix = keyPrefix();
+  ctx.conns = connPtrs_;
+  for (auto& t : transports_) ctx.transports.push_back(t.get());
+  ctx.deadline = deadline;
+  std::string source;
+  HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source));
+  if (rank_ == 0)
+    for (const LinkClassProbe& c : classes) {
+      const topo::Link& nominal = links_->at(c.a, c.b);
+      HC_INFO(Init, "link probe (%s): %s: %.1f us, %.3f GB/s (nominal %.1f us, %.3f GB/s; pair %d-%d)",
+              source.c_str(), c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
+    }
+  return applyProbe(classes, *cluster_, kindOf, *links_);
 }
 
 // What the planners and the cost model see of this communicator: per peer whether late receives are free, each

@@ -98,6 +98,8 @@ class Communicator {
   void logAlgorithmTable() const;
   void logTransportChoices() const;
   coll::GroupView groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const;
+  Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
+                    Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);

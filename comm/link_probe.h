@@ -1,0 +1,80 @@
+// link_probe.h: what each kind of link of a communicator really costs, measured once at init.
+//
+// The nominal link matrix knows a link's class and its NICs' rate, not what a message pays on it (TCP through
+// the kernel, a shaped veth, UCX's protocols). The probe measures alpha and bandwidth once per *link class*:
+// pairs with the same class, fabric, nominal rate and transport behave alike, so one representative pair per
+// class is enough, and the probe stays in the tens of milliseconds however many ranks there are. The results
+// replace the nominal values of every pair of that class (LinkMatrix::setMeasured), so the cost model predicts
+// from measured figures.
+//
+// Classes are probed one after another (a store barrier between them), so no two measurements share CPU or a
+// link. Results are cached per cluster (HETCOMM_PROBE_CACHE, a directory), so later communicators of the same
+// cluster, splits included, start at once. HETCOMM_PROBE=0 skips the probe; HETCOMM_PROBE=2 measures again and
+// rewrites the cache.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/bootstrap/store.h"
+#include "comm/transport_select.h"
+#include "common/deadline.h"
+#include "common/status.h"
+#include "topology/cluster.h"
+#include "topology/link_matrix.h"
+#include "transports/transport.h"
+
+namespace hetcomm::comm {
+
+// One class of links and the pair that stands for it (a < b, the first such pair in rank order).
+struct LinkClassProbe {
+  std::string key;  // "IB|fabric-name|1600Mb|ucx": identifies the class in logs and in the cache
+  topo::LinkClass cls = topo::LinkClass::kNone;
+  int fabric = -1;
+  uint64_t rateMbps = 0;
+  transport::Kind kind = transport::Kind::kTcp;
+  int a = -1, b = -1;
+  size_t streamMsgBytes = 0;  // the stream's message size, from the nominal bandwidth (the same at both ends)
+  // Filled by the probe (or the cache).
+  double alphaUs = 0;
+  double bwGBps = 0;
+};
+
+// The classes of the communicator's pairs. kindOf(i, j) is the transport of pair (i, j), the same on every rank.
+std::vector<LinkClassProbe> linkClasses(const topo::ClusterView& view, const topo::LinkMatrix& links,
+                                        const std::function<transport::Kind(int, int)>& kindOf);
+
+// Everything the probe needs of the communicator being initialised. conns[p] is this rank's connection to p
+// (null for itself); transports are the ones those connections belong to.
+struct ProbeContext {
+  int rank = 0;
+  int nranks = 1;
+  StoreClient* store = nullptr;
+  std::string keyPrefix;  // the communicator's store keys
+  std::vector<transport::Connection*> conns;
+  std::vector<transport::Transport*> transports;
+  Deadline deadline = Deadline::never();
+};
+
+// Measures (or loads from the cache) every class, on every rank together, and writes the results into the
+// classes. "source" says where they came from ("measured in 42 ms", "cache /path"). Collective over the ranks.
+Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, std::vector<LinkClassProbe>& classes,
+                        std::string* source);
+
+// Applies the results to every pair of each class, both directions.
+Status applyProbe(const std::vector<LinkClassProbe>& classes, const topo::ClusterView& view,
+                  const std::function<transport::Kind(int, int)>& kindOf, topo::LinkMatrix& links);
+
+// Whether to probe at all (HETCOMM_PROBE != 0).
+bool probeEnabled();
+
+// The cache: one text file per cluster, named by a hash of the hosts and the classes. Exposed for tests.
+std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes);
+// Reads cached values into classes; false when the file is missing, unreadable or does not match them exactly.
+bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classes);
+// Writes atomically (temporary file, rename); an error says why.
+Status writeProbeCache(const std::string& path, const std::vector<LinkClassProbe>& classes);
+
+}  // namespace hetcomm::comm

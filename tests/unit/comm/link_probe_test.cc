@@ -1,0 +1,191 @@
+// link_probe: how the communicator's pairs fall into link classes (one probe per class, a representative pair
+// each), how measured figures spread back to every pair of a class, and the per-cluster cache file (round trip,
+// and every way a file that does not match this cluster is ignored). The measurement itself runs at every
+// multi-rank init, so the integration suite exercises it over tcp, shm, ucx and the emulated clusters.
+#include "comm/link_probe.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace hetcomm::comm {
+namespace {
+
+using topo::LinkClass;
+using topo::Nic;
+using topo::NicKind;
+using topo::NodeDescription;
+using transport::Kind;
+
+Nic makeNic(const std::string& name, NicKind kind, uint64_t rateMbps, const std::string& fabric) {
+  Nic n;
+  n.name = name;
+  n.kind = kind;
+  n.rateMbps = rateMbps;
+  n.fabric = fabric;
+  return n;
+}
+
+NodeDescription makeNode(const std::string& hostId, std::vector<Nic> nics) {
+  NodeDescription n;
+  n.hostId = hostId;
+  n.hostName = hostId;
+  n.cores = 2;
+  n.pus = 2;
+  n.nics = std::move(nics);
+  return n;
+}
+
+// mixed-4x2's shape: hosts 0-1 on an IB fabric, 2-3 on RoCE, all four on Ethernet; two ranks per host.
+topo::ClusterView mixedCluster() {
+  std::vector<NodeDescription> nodes;
+  for (int h = 0; h < 4; ++h) {
+    std::vector<Nic> nics{makeNic("eth0", NicKind::kEth, 200, "eth")};
+    if (h < 2) nics.push_back(makeNic("ib0", NicKind::kIb, 1600, "ib-a"));
+    else nics.push_back(makeNic("roce0", NicKind::kRoce, 800, "roce-b"));
+    for (int r = 0; r < 2; ++r) nodes.push_back(makeNode("host" + std::to_string(h), nics));
+  }
+  auto view = topo::ClusterView::build(std::move(nodes));
+  EXPECT_TRUE(view.has_value()) << view.error().message();
+  return std::move(*view);
+}
+
+// Same host: shm; across hosts: tcp (as a forced HETCOMM_TRANSPORT=tcp run would choose, say).
+Kind kindByHost(const topo::ClusterView& v, int i, int j) { return v.hostOf(i) == v.hostOf(j) ? Kind::kShm : Kind::kTcp; }
+
+TEST(LinkProbe, OneClassPerLinkKindFabricAndTransport) {
+  auto view = mixedCluster();
+  auto links = topo::LinkMatrix::nominal(view);
+  auto classes = linkClasses(view, links, [&](int i, int j) { return kindByHost(view, i, j); });
+  ASSERT_EQ(classes.size(), 4u);
+  // In rank order of their first pair: (0,1) same host, (0,2) IB, (0,4) Ethernet, (4,6) RoCE.
+  EXPECT_EQ(classes[0].cls, LinkClass::kSameHost);
+  EXPECT_EQ(classes[0].kind, Kind::kShm);
+  EXPECT_EQ(std::make_pair(classes[0].a, classes[0].b), std::make_pair(0, 1));
+  EXPECT_EQ(classes[1].cls, LinkClass::kIb);
+  EXPECT_EQ(classes[1].rateMbps, 1600u);
+  EXPECT_EQ(std::make_pair(classes[1].a, classes[1].b), std::make_pair(0, 2));
+  EXPECT_EQ(classes[2].cls, LinkClass::kEth);
+  EXPECT_EQ(std::make_pair(classes[2].a, classes[2].b), std::make_pair(0, 4));
+  EXPECT_EQ(classes[3].cls, LinkClass::kRoce);
+  EXPECT_EQ(std::make_pair(classes[3].a, classes[3].b), std::make_pair(4, 6));
+  for (const auto& c : classes) {
+    EXPECT_GE(c.streamMsgBytes, 64u << 10) << c.key;
+    EXPECT_LE(c.streamMsgBytes, 1u << 20) << c.key;
+  }
+  // A transport of its own makes a class of its own: pair (0,2) on ucx splits the IB class.
+  auto split = linkClasses(view, links, [&](int i, int j) {
+    if (std::min(i, j) == 0 && std::max(i, j) == 2) return Kind::kUcx;
+    return kindByHost(view, i, j);
+  });
+  EXPECT_EQ(split.size(), 5u);
+}
+
+TEST(LinkProbe, ResultsReachEveryPairOfTheClassBothWays) {
+  auto view = mixedCluster();
+  auto links = topo::LinkMatrix::nominal(view);
+  auto kindOf = [&](int i, int j) { return kindByHost(view, i, j); };
+  auto classes = linkClasses(view, links, kindOf);
+  const double nominalRoceAlpha = links.at(4, 6).alphaUs;
+  classes[1].alphaUs = 14;     // IB
+  classes[1].bwGBps = 0.19;
+  classes[2].alphaUs = 15;     // Ethernet
+  classes[2].bwGBps = 0.024;
+  classes[3].alphaUs = 0;      // RoCE: the probe could not time it; nominal values stay
+  classes[3].bwGBps = 0.095;
+  ASSERT_TRUE(applyProbe(classes, view, kindOf, links).ok());
+  for (auto [i, j] : {std::pair{0, 2}, {2, 0}, {1, 3}, {3, 0}}) {
+    EXPECT_DOUBLE_EQ(links.at(i, j).alphaUs, 14) << i << "-" << j;
+    EXPECT_DOUBLE_EQ(links.at(i, j).bwGBps, 0.19) << i << "-" << j;
+    EXPECT_TRUE(links.at(i, j).measured);
+  }
+  EXPECT_DOUBLE_EQ(links.at(7, 0).bwGBps, 0.024);
+  EXPECT_DOUBLE_EQ(links.at(5, 7).alphaUs, nominalRoceAlpha);
+  EXPECT_DOUBLE_EQ(links.at(5, 7).bwGBps, 0.095);
+  EXPECT_EQ(links.at(5, 7).cls, LinkClass::kRoce);  // the class stays
+}
+
+class ProbeCache : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/hetcomm-probe-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    path_ = dir_ + "/sub/probe.txt";  // the writer creates the missing directory
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::vector<LinkClassProbe> classes() {
+    auto view = mixedCluster();
+    auto links = topo::LinkMatrix::nominal(view);
+    auto c = linkClasses(view, links, [&](int i, int j) { return kindByHost(view, i, j); });
+    for (size_t i = 0; i < c.size(); ++i) {
+      c[i].alphaUs = 10.0 + i;
+      c[i].bwGBps = 0.1 * (i + 1);
+    }
+    return c;
+  }
+  void writeRaw(const std::string& text) { std::ofstream(path_) << text; }
+  std::string dir_, path_;
+};
+
+TEST_F(ProbeCache, RoundTrip) {
+  auto written = classes();
+  ASSERT_TRUE(writeProbeCache(path_, written).ok());
+  auto read = classes();
+  for (auto& c : read) c.alphaUs = c.bwGBps = -1;
+  ASSERT_TRUE(readProbeCache(path_, read));
+  for (size_t i = 0; i < read.size(); ++i) {
+    EXPECT_DOUBLE_EQ(read[i].alphaUs, written[i].alphaUs);
+    EXPECT_DOUBLE_EQ(read[i].bwGBps, written[i].bwGBps);
+  }
+}
+
+TEST_F(ProbeCache, FilesThatDoNotMatchAreIgnored) {
+  auto c = classes();
+  EXPECT_FALSE(readProbeCache(dir_ + "/missing.txt", c));
+  ASSERT_TRUE(writeProbeCache(path_, c).ok());
+  // A class this cluster does not have, or one missing: not this cluster's file.
+  auto fewer = c;
+  fewer.pop_back();
+  EXPECT_FALSE(readProbeCache(path_, fewer));
+  ASSERT_TRUE(writeProbeCache(path_, fewer).ok());
+  EXPECT_FALSE(readProbeCache(path_, c));
+  // Garbage, a wrong first line, a negative or non-numeric figure.
+  const std::string line = c[0].key + "\t1\t2\n";
+  for (const std::string& text : {std::string("garbage\n"), "hetcomm-probe 0\n" + line,
+                                  "hetcomm-probe 1\n" + c[0].key + "\t-1\t2\n",
+                                  "hetcomm-probe 1\n" + c[0].key + "\t1\tfast\n", std::string("")}) {
+    writeRaw(text);
+    auto one = c;
+    one.resize(1);
+    EXPECT_FALSE(readProbeCache(path_, one)) << text;
+  }
+  writeRaw("hetcomm-probe 1\n" + line);
+  auto one = c;
+  one.resize(1);
+  EXPECT_TRUE(readProbeCache(path_, one));
+}
+
+TEST_F(ProbeCache, UnwritableDirectoryIsAnErrorThatSaysWhere) {
+  Status st = writeProbeCache("/proc/hetcomm-no-such-dir/probe.txt", classes());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(std::string(st.message()).find("/proc/hetcomm-no-such-dir"), std::string::npos) << st.message();
+}
+
+TEST(LinkProbe, CacheFileIsPerCluster) {
+  auto view = mixedCluster();
+  auto links = topo::LinkMatrix::nominal(view);
+  auto kindOf = [&](int i, int j) { return kindByHost(view, i, j); };
+  auto c = linkClasses(view, links, kindOf);
+  const std::string a = probeCacheFile(view, c);
+  auto ucx = linkClasses(view, links, [&](int i, int j) { return i / 2 == j / 2 ? Kind::kShm : Kind::kUcx; });
+  EXPECT_NE(a, probeCacheFile(view, ucx));
+  EXPECT_EQ(a, probeCacheFile(view, c));
+}
+
+}  // namespace
+}  // namespace hetcomm::comm
