@@ -19,7 +19,10 @@ check kernels transports topology collectives comm trainer perf
 check transports topology collectives comm trainer perf
 check topology transports collectives comm trainer perf
 check collectives comm trainer perf
-check trainer common kernels transports topology collectives comm perf
+check trainer common transports topology collectives comm perf
+# The trainer's tensor math is kernels/nn (DESIGN.md); nothing else of kernels/.
+hits=$(grep -rnE '#include[[:space:]]*["<]kernels/' trainer --include='*.h' --include='*.cc' 2>/dev/null | grep -v 'kernels/nn/nn.h')
+if [ -n "$hits" ]; then echo "layer rule broken: trainer/ may include only kernels/nn/nn.h of kernels/:"; echo "$hits"; status=1; fi
 check perf common kernels transports topology collectives comm trainer
 [ $status = 0 ] && echo "layers: ok"
 exit $status

@@ -51,4 +51,7 @@ void linearBackward(float* dinp, float* dweight, float* dbias, const float* dout
   if (dbias != nullptr) addColumnSums(dbias, dout, N, OC);
 }
 
+void setBlasThreads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+int blasThreads() { return openblas_get_num_threads(); }
+
 }  // namespace hetcomm::kernels::nn

@@ -132,4 +132,11 @@ double globalNormSquared(const float* grads, size_t n);
 // x[i] *= s (e.g. s = maxNorm / norm to clip).
 void scale(float* x, size_t n, float s);
 
+// ---------------------------------------------------------------------------------------------------------
+// Threads: the only threads in this file's math are OpenBLAS's. Ranks that share a host's cores each take a
+// share of them (several ranks each running every core's worth of BLAS threads would thrash).
+
+void setBlasThreads(int n);
+int blasThreads();
+
 }  // namespace hetcomm::kernels::nn

@@ -1,0 +1,90 @@
+#include "trainer/train_state.h"
+
+#include <cstring>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "trainer/checkpoint.h"
+
+namespace hetcomm::trainer {
+
+namespace {
+
+Result<int64_t> metaInt(const Checkpoint& ckpt, const std::string& key) {
+  auto it = ckpt.metadata.find(key);
+  if (it == ckpt.metadata.end())
+    return Error{.source = ckpt.source, .field = "metadata '" + key + "'", .detail = "missing"};
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(it->second, &used);
+    if (used == it->second.size() && v >= 0) return static_cast<int64_t>(v);
+  } catch (const std::exception&) {
+  }
+  return Error{.source = ckpt.source, .field = "metadata '" + key + "'",
+               .detail = "'" + it->second + "' is not a non-negative integer"};
+}
+
+}  // namespace
+
+Result<void> saveTrainState(const std::string& path, const ParamLayout& layout, const TrainState& state,
+                            const TrainConfig& cfg) {
+  std::vector<TensorRef> refs;
+  for (const auto* prefix : {"", "optim.m.", "optim.v."}) {
+    const std::vector<float>& buf = *prefix == 0 ? state.params : prefix[6] == 'm' ? state.m : state.v;
+    for (const ParamTensor& t : layout.tensors())
+      refs.push_back(TensorRef{prefix + t.name, DType::kF32, t.shape, buf.data() + t.offset});
+  }
+  std::map<std::string, std::string> meta{
+      {"format", "hetcomm-train 1"},
+      {"step", std::to_string(state.step)},
+      {"adam_steps", std::to_string(state.adamSteps)},
+      {"data_epoch", std::to_string(state.data.epoch)},
+      {"data_cursor", std::to_string(state.data.cursor)},
+      {"config", toJson(cfg).dump()},
+  };
+  return writeCheckpoint(path, refs, meta);
+}
+
+Result<TrainState> loadTrainState(const std::string& path, const ParamLayout& layout, const TrainConfig& cfg) {
+  auto ckpt = readCheckpoint(path);
+  if (!ckpt) return ckpt.error();
+  auto fmt = ckpt->metadata.find("format");
+  if (fmt == ckpt->metadata.end() || fmt->second != "hetcomm-train 1")
+    return Error{.source = ckpt->source, .field = "metadata 'format'",
+                 .detail = "not a hetcomm-train checkpoint (expected 'hetcomm-train 1')"};
+  // The model must be the same; the optimizer and schedule settings may change on resume.
+  try {
+    auto saved = configFromJson(nlohmann::json::parse(ckpt->metadata.at("config")), ckpt->source + ": config");
+    if (!saved) return saved.error();
+    if (!(saved->model == cfg.model))
+      return Error{.source = ckpt->source, .field = "model",
+                   .detail = "the checkpoint's model " + toJson(saved->model).dump() + " differs from this run's " +
+                             toJson(cfg.model).dump()};
+  } catch (const std::exception& e) {
+    return Error{.source = ckpt->source, .field = "metadata 'config'", .detail = e.what()};
+  }
+  TrainState s;
+  for (auto [key, out] : {std::pair<const char*, int64_t*>{"step", &s.step}, {"adam_steps", &s.adamSteps}}) {
+    auto v = metaInt(*ckpt, key);
+    if (!v) return v.error();
+    *out = *v;
+  }
+  auto epoch = metaInt(*ckpt, "data_epoch");
+  if (!epoch) return epoch.error();
+  auto cursor = metaInt(*ckpt, "data_cursor");
+  if (!cursor) return cursor.error();
+  s.data = DataPosition{static_cast<uint64_t>(*epoch), static_cast<uint64_t>(*cursor)};
+  for (auto* buf : {&s.params, &s.m, &s.v}) buf->assign(layout.totalFloats(), 0.0f);
+  for (const auto* prefix : {"", "optim.m.", "optim.v."}) {
+    std::vector<float>& buf = *prefix == 0 ? s.params : prefix[6] == 'm' ? s.m : s.v;
+    for (const ParamTensor& t : layout.tensors()) {
+      auto tensor = ckpt->get(prefix + t.name, DType::kF32, t.shape);
+      if (!tensor) return tensor.error();
+      std::memcpy(buf.data() + t.offset, (*tensor)->data.data(), t.numel * sizeof(float));
+    }
+  }
+  return s;
+}
+
+}  // namespace hetcomm::trainer
