@@ -28,6 +28,8 @@ HC_PARAM_STR(transportName, "TRANSPORT", "")
 HC_PARAM_STR(ibHcaSpec, "IB_HCA", "")
 HC_PARAM_STR(algoName, "ALGO", "")
 HC_PARAM_INT(chunkBytesParam, "CHUNK_BYTES", 512 << 10)
+// 1: pairs whose hosts share several fabrics of the best kind stripe over them (tcp); 0: the best fabric only.
+HC_PARAM_INT(multiRail, "MULTIRAIL", 1)
 
 namespace {
 
@@ -259,7 +261,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   // Every rank builds the same view of the cluster from the same records.
   HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
   cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
-  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_));
+  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_, multiRail() != 0));
 
   std::vector<Offer> offers(nranks_);
   for (int p = 0; p < nranks_; ++p) offers[p] = peers[p].offer;
@@ -277,17 +279,27 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
     blobs[k][p] = peers[p].blobs[k];
     ++served[k];
   }
-  // TCP dials each peer first at its address on the fabric chosen for the pair.
+  // TCP dials each peer first at its address on the fabric chosen for the pair and, where the two hosts share
+  // several fabrics of that kind (multi-rail), stripes over all of them in proportion to their rates.
   if (ts[static_cast<int>(transport::Kind::kTcp)]) {
-    std::vector<std::vector<std::string>> prefer(nranks_);
+    std::vector<std::vector<transport::Transport::Path>> paths(nranks_);
     for (int p = 0; p < nranks_; ++p) {
       if (p == rank_ || choices_[p].fabric < 0) continue;
-      for (const topo::NicRef& ref : cluster_->fabrics()[choices_[p].fabric].nics)
-        if (ref.host == cluster_->hostOf(p))
-          for (const std::string& cidr : cluster_->nic(ref).addresses)
-            prefer[p].push_back(cidr.substr(0, cidr.find('/')));
+      const int me = cluster_->hostOf(rank_), them = cluster_->hostOf(p);
+      std::vector<int> rails{choices_[p].fabric};
+      if (multiRail()) {
+        std::vector<int> all = cluster_->railFabrics(me, them);
+        if (!all.empty() && all.front() == choices_[p].fabric) rails = all;
+      }
+      for (int f : rails) {
+        const double weight = std::max<double>(1, static_cast<double>(cluster_->pairRateMbps(f, me, them)));
+        for (const topo::NicRef& ref : cluster_->fabrics()[f].nics)
+          if (ref.host == them)
+            for (const std::string& cidr : cluster_->nic(ref).addresses)
+              paths[p].push_back({cidr.substr(0, cidr.find('/')), weight});
+      }
     }
-    ts[static_cast<int>(transport::Kind::kTcp)]->preferAddresses(std::move(prefer));
+    ts[static_cast<int>(transport::Kind::kTcp)]->preferPaths(std::move(paths));
   }
   conns_.resize(nranks_);
   // Every rank connects in the same order (shm, verbs, ucx, tcp), and a transport's connectAll only waits for

@@ -242,6 +242,13 @@ std::vector<int> ClusterView::sharedFabrics(int hostA, int hostB) const {
   return shared;
 }
 
+std::vector<int> ClusterView::railFabrics(int hostA, int hostB) const {
+  std::vector<int> rails = sharedFabrics(hostA, hostB);
+  if (!rails.empty())
+    std::erase_if(rails, [&](int f) { return fabrics_[f].kind != fabrics_[rails.front()].kind; });
+  return rails;
+}
+
 const Gpu* ClusterView::gpuOf(int rank) const {
   const auto& gpus = hosts_[hostOf(rank)].node.gpus;
   if (gpus.empty()) return nullptr;

@@ -76,6 +76,11 @@ class ClusterView {
   // Fabrics both hosts have an up NIC on, best first: kind (ib, roce, eth), then rate, then name. Empty when
   // they share none (they may still reach each other through IP routing, which the view cannot see).
   std::vector<int> sharedFabrics(int hostA, int hostB) const;
+  // The fabrics two hosts stripe large messages over (multi-rail): the best fabric they share and every other
+  // shared fabric of the same kind (a host's second InfiniBand rail, say), best first. Ethernet beside an RDMA
+  // fabric is not a rail: it is the slow path, and between islands the one every host's traffic already needs.
+  // Empty when they share none.
+  std::vector<int> railFabrics(int hostA, int hostB) const;
   // The fastest of the host's NICs on the fabric, in Mbit/s; 0 when unknown or the host is not on it.
   uint64_t rateOnFabric(int fabric, int host) const;
   // What the two hosts' NICs on the fabric can carry between them: the slower side's rate, ignoring a side whose

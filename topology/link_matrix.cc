@@ -28,8 +28,8 @@ uint64_t assumedRate(NicKind kind) {
   return kind == NicKind::kIb ? kAssumedIbMbps : kind == NicKind::kRoce ? kAssumedRoceMbps : kAssumedEthMbps;
 }
 
-// Between two hosts: the best fabric they share, else kNone.
-Link hostPairLink(const ClusterView& view, int hostA, int hostB) {
+// Between two hosts: the best fabric they share (with its sibling rails when multiRail), else kNone.
+Link hostPairLink(const ClusterView& view, int hostA, int hostB, bool multiRail) {
   Link link;
   std::vector<int> shared = view.sharedFabrics(hostA, hostB);
   if (shared.empty()) {
@@ -39,13 +39,19 @@ Link hostPairLink(const ClusterView& view, int hostA, int hostB) {
     return link;
   }
   const Fabric& f = view.fabrics()[shared[0]];
-  uint64_t mbps = view.pairRateMbps(shared[0], hostA, hostB);
-  link.rateAssumed = mbps == 0;
-  if (mbps == 0) mbps = assumedRate(f.kind);
   link.cls = classOf(f.kind);
   link.fabric = shared[0];
   link.alphaUs = alphaOf(f.kind);
-  link.bwGBps = static_cast<double>(mbps) / 8000.0;  // Mbit/s -> GB/s
+  const std::vector<int> rails = multiRail ? view.railFabrics(hostA, hostB) : std::vector<int>{shared[0]};
+  link.rails = static_cast<int>(rails.size());
+  for (int r : rails) {
+    uint64_t mbps = view.pairRateMbps(r, hostA, hostB);
+    if (mbps == 0) {
+      link.rateAssumed = true;
+      mbps = assumedRate(view.fabrics()[r].kind);
+    }
+    link.bwGBps += static_cast<double>(mbps) / 8000.0;  // Mbit/s -> GB/s
+  }
   return link;
 }
 
@@ -69,7 +75,7 @@ const char* linkClassLabel(LinkClass cls) {
   return "?";
 }
 
-LinkMatrix LinkMatrix::nominal(const ClusterView& view) {
+LinkMatrix LinkMatrix::nominal(const ClusterView& view, bool multiRail) {
   LinkMatrix m;
   m.n_ = view.nranks();
   m.links_.resize(static_cast<size_t>(m.n_) * m.n_);
@@ -80,7 +86,7 @@ LinkMatrix LinkMatrix::nominal(const ClusterView& view) {
   std::vector<Link> hostLinks(static_cast<size_t>(nh) * nh);
   for (int a = 0; a < nh; ++a) {
     for (int b = 0; b < nh; ++b) {
-      if (a != b) hostLinks[static_cast<size_t>(a) * nh + b] = hostPairLink(view, a, b);
+      if (a != b) hostLinks[static_cast<size_t>(a) * nh + b] = hostPairLink(view, a, b, multiRail);
     }
   }
   for (int i = 0; i < m.n_; ++i) {

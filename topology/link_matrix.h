@@ -33,14 +33,17 @@ struct Link {
   double bwGBps = 0;         // bandwidth, GB/s (1e9 bytes per second); beta is its inverse
   bool measured = false;     // from a probe (setMeasured), not nominal
   bool rateAssumed = false;  // nominal bandwidth from kAssumed*Mbps: no NIC said its rate
+  int rails = 1;             // fabrics the pair stripes over (ClusterView::railFabrics); bwGBps is their sum
   // Microseconds per byte.
   double betaUsPerByte() const { return 1e-3 / bwGBps; }
 };
 
 class LinkMatrix {
  public:
-  // Nominal links for every rank pair of the view. Self: 0 us and shared-memory bandwidth.
-  static LinkMatrix nominal(const ClusterView& view);
+  // Nominal links for every rank pair of the view. Self: 0 us and shared-memory bandwidth. multiRail: a pair's
+  // bandwidth is the sum of its rails' (ClusterView::railFabrics), as when its transport stripes over them;
+  // otherwise that of the best shared fabric alone.
+  static LinkMatrix nominal(const ClusterView& view, bool multiRail = false);
 
   int size() const { return n_; }
   // i, j in [0, size()).

@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-json", o.logJson, "write one JSON object per step to this file");
   app.add_flag("!--no-progress", o.progress, "no progress bar");
   CLI11_PARSE(app, argc, argv);
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // log lines reach a file or pipe as they happen
 
   // ---- communicator: the launcher's ranks, or this process alone ----
   hetcommComm_t comm = nullptr;

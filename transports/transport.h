@@ -108,10 +108,15 @@ class Transport {
   // all are connected and authenticated, or the deadline passes. Every peer must call it with a consistent set.
   virtual Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
                                                                       Deadline deadline) = 0;
-  // Optional, before connectAll: per rank, the peer's addresses to try first (the communicator's choice of
-  // fabric for the pair, from the topology; empty: no preference). Transports that reach peers by IP address
-  // (tcp) honour it; the others ignore it.
-  virtual void preferAddresses(std::vector<std::vector<std::string>> byPeer) {}
+  // Optional, before connectAll: per rank, the paths to the peer the communicator chose from the topology (the
+  // peer's address on each fabric the pair uses, with that fabric's relative bandwidth); empty: no preference.
+  // Transports that reach peers by IP address (tcp) dial the first path first and, given several (multi-rail),
+  // stripe large messages over all of them in proportion to their weights; the others ignore it.
+  struct Path {
+    std::string address;
+    double weight = 1;
+  };
+  virtual void preferPaths(std::vector<std::vector<Path>> byPeer) {}
   // Moves whatever data can move now on every connection; never blocks.
   virtual Status progress() = 0;
   // Readable when progress() has work to do; the engine polls it. -1: must be polled.

@@ -2,6 +2,7 @@
 # emulated_check.sh REPO BIN_DIR: an emulated 2 hosts x 2 ranks cluster (scripts/emulate-cluster.sh, a copy of
 # clusters/mixed-2x2.json under a name of its own), and every collective on it through hetcomm-run --cluster:
 # shm within a host, tcp across over the InfiniBand-class fabric, the hierarchical allreduce chosen and correct.
+# Then clusters/dualrail-2x2.json: tcp striped over two InfiniBand-class rails.
 # Skips (exit 77) where network namespaces cannot be made (not root, or no permission).
 set -uo pipefail
 repo=$1
@@ -89,6 +90,25 @@ out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/all_reduce_perf" -b
 grep -qE "^\[0\] +4194304 .* hier +[0-9.]+$" <<<"$out"; check "the cost model picks hier at 4 MiB" $?
 
 "$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; check "emulate-cluster down" $?
+
+# Multi-rail: two InfiniBand-class fabrics between the hosts (clusters/dualrail-2x2.json). TCP stripes across
+# them, half the bytes each, and every collective stays correct.
+if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
+  python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); c["name"]=sys.argv[2]; json.dump(c, sys.stdout)' \
+    "$repo/clusters/dualrail-2x2.json" "ci-dr-$$" >"$tmp/dualrail.json"
+  trap '"$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; "$emulate" down "$tmp/dualrail.json" >/dev/null 2>&1; rm -rf "$tmp"' EXIT
+  "$emulate" up "$tmp/dualrail.json" >"$tmp/up2.log" 2>&1; check "emulate-cluster up (dual rail)" $?
+  out=$("$bin/hetcomm-run" --cluster "$tmp/dualrail.json" -x HETCOMM_DEBUG=TRACE -x HETCOMM_DEBUG_SUBSYS=INIT \
+    "$bin/hetcomm-topo" 2>&1)
+  grep -qE "\[rank 0\].*peer 2 .*r0->r2/tcp\(2 sockets via [0-9.]+ \(50%\), [0-9.]+ \(50%\)\)" <<<"$out"
+  check "dual rail: tcp stripes over both InfiniBand-class fabrics, half each" $?
+  out=$("$bin/hetcomm-run" --cluster "$tmp/dualrail.json" "$bin/coll_check" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
+  check "dual rail: every collective is correct" $?
+  [ $rc -eq 0 ] || tail -20 <<<"$out"
+  "$emulate" down "$tmp/dualrail.json" >/dev/null 2>&1; check "emulate-cluster down (dual rail)" $?
+fi
 ! ip netns list | grep -q "$(python3 -c "import hashlib;print(hashlib.sha1(b'$name').hexdigest()[:5])")"
 check "down leaves no namespace behind" $?
 

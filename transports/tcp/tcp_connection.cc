@@ -33,10 +33,11 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
     : owner(o), sock(std::move(s)), index(i), fd_(sock.native_handle()), staging(kStagingBytes) {}
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
-                             std::string via)
-    : epollFd_(epollFd), myRank_(myRank), peer_(peer), via_(std::move(via)) {
+                             std::vector<std::string> via, std::vector<double> weights)
+    : epollFd_(epollFd), myRank_(myRank), peer_(peer) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
+    if (i < weights.size() && weights[i] > 0) s->weight = weights[i];
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = s.get();
@@ -45,6 +46,18 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
       HC_WARN("%s", broken_.toString().c_str());
     }
     streams_.push_back(std::move(s));
+  }
+  // "10.1.0.2" or, over several paths, "10.1.0.2 (2/3), 10.2.0.2 (1/3)": what logs and errors name.
+  std::vector<std::string> addrs;
+  for (const auto& a : via)
+    if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
+  double total = 0;
+  for (auto& s : streams_) total += s->weight;
+  for (const auto& a : addrs) {
+    double share = 0;
+    for (size_t i = 0; i < via.size() && i < streams_.size(); ++i)
+      if (via[i] == a) share += streams_[i]->weight;
+    via_ += (via_.empty() ? "" : ", ") + a + (addrs.size() > 1 ? format(" (%.0f%%)", 100 * share / total) : "");
   }
 }
 
@@ -81,10 +94,15 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
   for (size_t i = 0; i < nseg; ++i) {
     size_t off = i * kSegmentBytes;
     size_t len = nseg == 1 ? total : std::min(kSegmentBytes, total - off);
-    // Least queued bytes first: spreads a large message over every socket, and keeps small ones off a busy one.
+    // The socket that has been given the fewest bytes per unit of weight: spreads large messages over every
+    // socket in proportion to its path's bandwidth (multi-rail), however fast each kernel buffer swallows them.
+    // (The user-space queue alone would not do: a socket's kernel buffer takes megabytes at once, so the first
+    // socket would look idle and get everything.)
     TcpStream* s = streams_[0].get();
+    auto load = [len](const TcpStream& t) { return (t.assignedBytes + static_cast<double>(len)) / t.weight; };
     for (auto& cand : streams_)
-      if (cand->queuedBytes < s->queuedBytes) s = cand.get();
+      if (load(*cand) < load(*s)) s = cand.get();
+    s->assignedBytes += static_cast<double>(len);
     FrameHeader h;
     h.len = static_cast<uint32_t>(len);
     h.tag = tag;

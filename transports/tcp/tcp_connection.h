@@ -56,6 +56,8 @@ struct TcpStream {
   TcpConnection* owner;
   boost::asio::ip::tcp::socket sock;
   int index;
+  double weight = 1;         // share of large messages (multi-rail)
+  double assignedBytes = 0;  // payload bytes given to this socket so far: segments go where this / weight is least
   int fd_;
 
   std::deque<Segment> sendq;
@@ -72,7 +74,9 @@ struct TcpStream {
 
 class TcpConnection final : public Connection {
  public:
-  TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets, std::string via);
+  // via[i]: the address at the peer's end of socket i; weights[i]: its share of large messages (multi-rail).
+  TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
+                std::vector<std::string> via, std::vector<double> weights);
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }

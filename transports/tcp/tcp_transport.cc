@@ -106,7 +106,7 @@ struct ConnectState {
   std::vector<std::vector<std::optional<tcp::socket>>> socks;  // [peer][socket index]
   std::vector<int> expectFrom;                                 // lower peers: sockets announced, -1 unknown
   std::vector<int> gotFrom;
-  std::vector<std::string> via;
+  std::vector<std::vector<std::string>> via;  // [peer][socket index]: the address at the peer's end
   int dialsLeft = 0;
   Status error;
 
@@ -188,7 +188,7 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
                        addr.c_str(), info.port, peer);
       continue;
     }
-    st.via[peer] = addr;
+    st.via[peer][idx] = addr;
     st.socks[peer][idx].emplace(std::move(sock));
     --st.dialsLeft;
     co_return;
@@ -235,7 +235,7 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
   ack.mac = crypto::prove(cfg.secret, r.nonce, "tcp-accept", cfg.rank, r.rank, cfg.commId, r.sockIdx);
   co_await asio::async_write(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
   if (ec) co_return;
-  st.via[r.rank] = remote.address().to_string();
+  st.via[r.rank][r.sockIdx] = remote.address().to_string();
   st.expectFrom[r.rank] = static_cast<int>(r.nsocks);
   st.socks[r.rank][r.sockIdx].emplace(std::move(sock));
   ++st.gotFrom[r.rank];
@@ -255,6 +255,20 @@ asio::awaitable<void> acceptLoop(ConnectState& st, tcp::acceptor& acceptor) {
 }
 
 }  // namespace
+
+std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via) {
+  double unknown = 1;  // a socket on no listed path counts as the slowest listed one
+  for (const Transport::Path& path : paths) unknown = std::min(&path == &paths.front() ? path.weight : unknown, path.weight);
+  std::vector<double> weights;
+  for (const auto& addr : via) {
+    double w = unknown;
+    for (const Transport::Path& path : paths)
+      if (path.address == addr) w = path.weight;
+    // Sockets that share a path share its bandwidth.
+    weights.push_back(w / static_cast<double>(std::count(via.begin(), via.end(), addr)));
+  }
+  return weights;
+}
 
 // ---- interfaces ----
 
@@ -360,10 +374,11 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   if (!acceptor_) return invalidUsage("tcp: connectAll before listen");
 
   asio::io_context io;  // first: destroyed last, after the coroutine frames that use it
-  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0), std::vector<std::string>(n),
-                  0,  {}};
+  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0), {}, 0, {}};
   st.socks.resize(n);
   for (auto& v : st.socks) v.resize(kMaxSockets);
+  st.via.assign(n, std::vector<std::string>(kMaxSockets));
+  auto pathsTo = [&](int p) { return static_cast<size_t>(p) < paths_.size() ? paths_[p] : std::vector<Path>{}; };
 
   // Lower rank dials (and picks the socket count); the higher accepts.
   std::vector<int> dialCount(n, 0);
@@ -374,17 +389,23 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
       continue;
     }
     HC_ASSIGN_OR_RETURN(PeerInfo info, decodeBlob(blobs[p], p));
-    std::vector<std::string> addrs;
     const bool sameHost = info.host == config_.hostId;
-    if (sameHost && !ifnameForced_) addrs.push_back("127.0.0.1");
-    // The fabric the communicator chose for the pair first (the peer's address on it), then the peer's own order.
-    if (static_cast<size_t>(p) < preferred_.size())
-      for (const auto& a : preferred_[p])
-        if (std::find(info.addrs.begin(), info.addrs.end(), a) != info.addrs.end()) addrs.push_back(a);
-    for (const auto& a : info.addrs)
-      if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
-    dialCount[p] = nsocks_ > 0 ? nsocks_ : sameHost ? kLocalSockets : kRemoteSockets;
+    // The paths the communicator chose for the pair first (the peer's address on each fabric it uses), then the
+    // peer's own order. With several paths (multi-rail), socket k starts with path k mod paths, so every rail
+    // carries its share of the sockets.
+    const std::vector<Path> paths = pathsTo(p);
+    std::vector<std::string> known;
+    for (const Transport::Path& path : paths)
+      if (std::find(info.addrs.begin(), info.addrs.end(), path.address) != info.addrs.end())
+        known.push_back(path.address);
+    const int rails = std::max<int>(1, static_cast<int>(known.size()));
+    dialCount[p] = nsocks_ > 0 ? nsocks_ : std::max(sameHost ? kLocalSockets : kRemoteSockets, rails);
     for (int k = 0; k < dialCount[p]; ++k) {
+      std::vector<std::string> addrs;
+      if (sameHost && !ifnameForced_) addrs.push_back("127.0.0.1");
+      for (size_t i = 0; i < known.size(); ++i) addrs.push_back(known[(k + i) % known.size()]);
+      for (const auto& a : info.addrs)
+        if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
       ++st.dialsLeft;
       asio::co_spawn(io, dialOne(st, p, k, dialCount[p], info, addrs), asio::detached);
     }
@@ -432,7 +453,9 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
       if (ec) return systemError("tcp: socket set-up for rank %d: %s", p, ec.message().c_str());
       socks.push_back(std::move(moved));
     }
-    auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), st.via[p]);
+    std::vector<std::string> via(st.via[p].begin(), st.via[p].begin() + count);
+    std::vector<double> weights = socketWeights(pathsTo(p), via);
+    auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), std::move(via), std::move(weights));
     HC_TRACE(Net, "tcp: %s", conn->describe().c_str());
     conns[p] = std::move(conn);
   }

@@ -33,6 +33,11 @@ Result<std::vector<Interface>> selectInterfaces(const std::string& spec);
 // True when ifname matches spec (exposed for tests).
 bool interfaceMatches(const std::string& spec, const std::string& ifname);
 
+// Each socket's share of a connection's large messages: its path's weight (by the address at the peer's end),
+// split evenly among the sockets on that path. Sockets on no listed path count as the slowest path. (Exposed for
+// tests.)
+std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via);
+
 class TcpTransport final : public Transport {
  public:
   static Result<std::unique_ptr<TcpTransport>> create(const Config& config);
@@ -42,7 +47,7 @@ class TcpTransport final : public Transport {
   Result<std::vector<std::byte>> listen() override;
   Result<std::vector<std::unique_ptr<Connection>>> connectAll(const std::vector<std::vector<std::byte>>& blobs,
                                                               Deadline deadline) override;
-  void preferAddresses(std::vector<std::vector<std::string>> byPeer) override { preferred_ = std::move(byPeer); }
+  void preferPaths(std::vector<std::vector<Path>> byPeer) override { paths_ = std::move(byPeer); }
   Status progress() override;
   int waitFd() const override { return epollFd_; }
 
@@ -57,7 +62,7 @@ class TcpTransport final : public Transport {
   bool ifnameForced_;
   boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
-  std::vector<std::vector<std::string>> preferred_;  // per peer: its addresses to dial first
+  std::vector<std::vector<Path>> paths_;  // per peer: its addresses to dial first; several: stripe over them
 };
 
 }  // namespace hetcomm::transport::tcp

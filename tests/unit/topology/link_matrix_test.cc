@@ -130,5 +130,34 @@ TEST(LinkMatrix, ValueTableMarksMeasuredAndAssumed) {
   EXPECT_NE(table.find("0/25 "), std::string::npos) << table;
 }
 
+// Multi-rail: two hosts with two InfiniBand fabrics (and Ethernet) stripe over both InfiniBand rails, never
+// over Ethernet; the nominal bandwidth is then the rails' sum, and without multiRail the best fabric's alone.
+TEST(LinkMatrix, MultiRailSumsTheRailsOfTheBestKind) {
+  auto node = [](const std::string& id, int last) {
+    const std::string l = std::to_string(last);
+    return makeNode(id, {makeNic("eth0", NicKind::kEth, 10000, {"10.0.0." + l + "/24"}, "eth"),
+                         makeNic("ib0", NicKind::kIb, 100000, {"10.1.0." + l + "/24"}, "ib-a"),
+                         makeNic("ib1", NicKind::kIb, 50000, {"10.2.0." + l + "/24"}, "ib-b")});
+  };
+  auto view = ClusterView::build({node("a", 1), node("b", 2)});
+  ASSERT_TRUE(view.has_value());
+  std::vector<int> rails = view->railFabrics(0, 1);
+  ASSERT_EQ(rails.size(), 2u);
+  EXPECT_EQ(view->fabrics()[rails[0]].name, "ib-a") << "best first";
+  EXPECT_EQ(view->fabrics()[rails[1]].name, "ib-b");
+  EXPECT_EQ(view->sharedFabrics(0, 1).size(), 3u);
+  LinkMatrix multi = LinkMatrix::nominal(*view, true), single = LinkMatrix::nominal(*view, false);
+  EXPECT_EQ(multi.at(0, 1).rails, 2);
+  EXPECT_DOUBLE_EQ(multi.at(0, 1).bwGBps, 12.5 + 6.25);
+  EXPECT_EQ(single.at(0, 1).rails, 1);
+  EXPECT_DOUBLE_EQ(single.at(0, 1).bwGBps, 12.5);
+  EXPECT_EQ(multi.at(1, 0).cls, LinkClass::kIb);
+  // One fabric of the best kind: a single rail, Ethernet beside it notwithstanding.
+  auto view2 = ClusterView::build(testing::referenceCluster());
+  ASSERT_TRUE(view2.has_value());
+  EXPECT_EQ(view2->railFabrics(0, 1).size(), 1u);
+  EXPECT_EQ(LinkMatrix::nominal(*view2, true).at(0, 3).rails, 1);
+}
+
 }  // namespace
 }  // namespace hetcomm::topo

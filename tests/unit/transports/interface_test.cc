@@ -1,8 +1,10 @@
-// HETCOMM_SOCKET_IFNAME matching (prefix, ^exclude, =exact) and interface selection on this machine.
+// HETCOMM_SOCKET_IFNAME matching (prefix, ^exclude, =exact), interface selection on this machine, and each
+// socket's share of a multi-rail connection.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "transports/tcp/tcp_transport.h"
 
@@ -104,6 +106,18 @@ TEST(SelectInterfaces, NothingMatchesIsAnInvalidArgumentNamingTheSpec) {
     EXPECT_NE(r.error().message().find("HETCOMM_SOCKET_IFNAME=" + spec), std::string::npos)
         << r.error().message();
   }
+}
+
+// Multi-rail: each socket's share of large messages, from its path's weight split among the sockets on it.
+TEST(SocketWeights, PathWeightSplitAmongItsSockets) {
+  std::vector<Transport::Path> paths{{"10.1.0.2", 1600}, {"10.2.0.2", 800}};
+  EXPECT_EQ(socketWeights(paths, {"10.1.0.2", "10.2.0.2"}), (std::vector<double>{1600, 800}));
+  EXPECT_EQ(socketWeights(paths, {"10.1.0.2", "10.2.0.2", "10.1.0.2", "10.2.0.2"}),
+            (std::vector<double>{800, 400, 800, 400}));
+  // A socket that reached the peer on an address no path names counts as the slowest path.
+  EXPECT_EQ(socketWeights(paths, {"10.1.0.2", "192.168.0.2"}), (std::vector<double>{1600, 800}));
+  // No paths: every socket alike.
+  EXPECT_EQ(socketWeights({}, {"a", "b", "a"}), (std::vector<double>{0.5, 1, 0.5}));
 }
 
 }  // namespace
