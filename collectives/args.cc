@@ -1,5 +1,7 @@
 #include "collectives/args.h"
 
+#include <tuple>
+
 #include <algorithm>
 
 #include "common/strings.h"
@@ -72,6 +74,15 @@ std::vector<int> GroupView::nicAwareOrder() const {
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return std::pair(islandOf(a), hostOf(a)) < std::pair(islandOf(b), hostOf(b));
   });
+  return order;
+}
+
+std::vector<int> GroupView::nicAwareChain(int root) const {
+  std::vector<int> order = nicAwareOrder();
+  auto key = [&](int r) {
+    return std::tuple(islandOf(r) != islandOf(root), hostOf(r) != hostOf(root), r != root);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return key(a) < key(b); });
   return order;
 }
 

@@ -73,6 +73,9 @@ struct GroupView {
   // The ranks in an order that crosses hosts and islands as few times as possible: by island, then host, then
   // rank. The same on every rank. Rank order when nothing is known of the topology.
   std::vector<int> nicAwareOrder() const;
+  // A chain from root through every rank with the fewest slow hops: root, the rest of its host, the rest of its
+  // island, then the other islands host by host (nicAwareOrder's grouping).
+  std::vector<int> nicAwareChain(int root) const;
 };
 
 }  // namespace hetcomm::coll

@@ -1,4 +1,5 @@
-// Ring all-gather: n-1 steps, each forwarding the block received in the previous step; pipelined in chunks.
+// Ring all-gather: n-1 steps, each forwarding the block received in the previous step; pipelined in chunks. The
+// ring runs in NIC-aware order (island, host, rank), so it crosses each slow fabric as few times as it can.
 #include "collectives/algorithm_list.h"
 #include "collectives/ring_phases.h"
 
@@ -10,7 +11,8 @@ class RingAllGather final : public Algorithm {
   std::string_view name() const override { return "ring"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllGather; }
   double estimateUs(const Args& a, const GroupView& g) const override {
-    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
+    const std::vector<int> order = g.nicAwareOrder();
+    const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
     return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
   }
@@ -22,8 +24,10 @@ class RingAllGather final : public Algorithm {
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     copyUnlessSame(s, {Buf::kRecv, g.rank * bytes, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
     if (g.nranks == 1) return s;
-    Ring ring(g, a.count * g.nranks, a.dtype);
-    auto at = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, ring.blockOffsetBytes(b), b, c); };
+    // Block b is the block of the rank at ring position b: it lands at that rank's place in the output.
+    const std::vector<int> order = g.nicAwareOrder();
+    Ring ring(g, order, a.count * g.nranks, a.dtype);
+    auto at = [&](int b, size_t c) { return ring.chunk(Buf::kRecv, order[b] * bytes, b, c); };
     // This rank's own block is sent straight from the send buffer: no need to wait for the local copy.
     auto own = [&](int b, size_t c) { return ring.chunk(Buf::kSend, 0, b, c); };
     emitRingAllGather(s, ring, at, own, {}, {}, 0);

@@ -1,5 +1,8 @@
 // Pipelined chain broadcast: the root sends chunk by chunk to the next rank, each rank forwards a chunk as soon
-// as it has it. Every link carries the buffer once; latency (n-1) hops plus one chunk per chunk.
+// as it has it. Every link carries the buffer once; latency (n-1) hops plus one chunk per chunk. The chain runs
+// in NIC-aware order from the root (GroupView::nicAwareChain), crossing each slow fabric as few times as it can.
+#include <algorithm>
+
 #include "collectives/algorithm_list.h"
 
 namespace hetcomm::coll {
@@ -10,7 +13,8 @@ class ChainBroadcast final : public Algorithm {
   std::string_view name() const override { return "chain"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kBroadcast; }
   double estimateUs(const Args& a, const GroupView& g) const override {
-    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
+    const std::vector<int> chain = g.nicAwareChain(a.root);
+    const double alphaUs = g.ringAlphaUs(chain), bwGBps = g.ringBwGBps(chain);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
     return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));
@@ -22,8 +26,9 @@ class ChainBroadcast final : public Algorithm {
     s.nranks = g.nranks;
     const int n = g.nranks;
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
-    const int pos = (g.rank - a.root + n) % n;  // 0 = root
-    const int next = (g.rank + 1) % n, prev = (g.rank - 1 + n) % n;
+    const std::vector<int> chain = g.nicAwareChain(a.root);
+    const int pos = static_cast<int>(std::find(chain.begin(), chain.end(), g.rank) - chain.begin());  // 0 = root
+    const int next = chain[(pos + 1) % n], prev = chain[(pos + n - 1) % n];
     if (pos == 0) copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
     if (n == 1) return s;
     Chunking ch = chunkingFor(a.count, esz, g.chunkBytes);

@@ -1,6 +1,9 @@
-// Pipelined chain reduce: partial sums flow root+1 -> root+2 -> ... -> root, chunk by chunk; each rank adds its
+// Pipelined chain reduce: partial sums flow along the broadcast chain reversed (GroupView::nicAwareChain: the
+// rank farthest from the root first, the root last), chunk by chunk; each rank adds its
 // contribution and forwards. Non-root ranks keep partial sums in two scratch slots per chunk position (the
 // receive buffer is only the root's, as in NCCL).
+#include <algorithm>
+
 #include "collectives/algorithm_list.h"
 
 namespace hetcomm::coll {
@@ -11,7 +14,8 @@ class ChainReduce final : public Algorithm {
   std::string_view name() const override { return "chain"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduce; }
   double estimateUs(const Args& a, const GroupView& g) const override {
-    const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
+    const std::vector<int> chain = g.nicAwareChain(a.root);
+    const double alphaUs = g.ringAlphaUs(chain), bwGBps = g.ringBwGBps(chain);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
     return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));
@@ -30,8 +34,10 @@ class ChainReduce final : public Algorithm {
       if (a.op == kernels::RedOp::kAvg && bytes) s.divide({Buf::kRecv, 0, bytes});
       return s;
     }
-    const int pos = (g.rank - a.root - 1 + 2 * n) % n;  // 0 = first in the chain, n-1 = root
-    const int next = (g.rank + 1) % n, prev = (g.rank - 1 + n) % n;
+    std::vector<int> chain = g.nicAwareChain(a.root);
+    std::reverse(chain.begin(), chain.end());  // the root last
+    const int pos = static_cast<int>(std::find(chain.begin(), chain.end(), g.rank) - chain.begin());
+    const int next = chain[(pos + 1) % n], prev = chain[(pos + n - 1) % n];
     Chunking ch = chunkingFor(a.count, esz, g.chunkBytes);
     const size_t slot = ch.per * esz;
     // Scratch: staging slots [0, 2) then partial-sum slots [2, 4), alternating by chunk parity.

@@ -356,5 +356,38 @@ TEST(Collectives, RingAllReduceRunsInNicAwareOrder) {
   EXPECT_EQ(g.nicAwareOrder(), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
 }
 
+TEST(Collectives, EveryRingAndChainCollectiveRunsInNicAwareOrder) {
+  // Ranks interleaved over 2 islands of 2 hosts (rank r on host r % 4, island host / 2): allgather and
+  // reduce-scatter ring, and broadcast and reduce chain from every root, in NIC-aware order, correct.
+  testing::SimTopology t;
+  const int n = 8;
+  for (int r = 0; r < n; ++r) {
+    t.host.push_back(r % 4);
+    t.island.push_back((r % 4) / 2);
+  }
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) t.bw.push_back(t.host[i] == t.host[j] ? 10.0 : t.island[i] == t.island[j] ? 2 : 0.25);
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kBroadcast, CollKind::kReduce})
+    for (int root : {0, 3, 6})
+      for (size_t count : {size_t{1}, size_t{1023}, size_t{70001}})
+        for (bool inPlace : {false, true})
+          runCase({kind, n, count, DataType::kFloat32, RedOp::kSum, root, inPlace}, 4096, false, "", t);
+  GroupView g;
+  g.nranks = n;
+  g.host = t.host;
+  g.island = t.island;
+  // From root 6 (host 2, island 1): its host, its island, then the other island host by host.
+  EXPECT_EQ(g.nicAwareChain(6), (std::vector<int>{6, 2, 3, 7, 0, 4, 1, 5}));
+  EXPECT_EQ(g.nicAwareChain(0), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+  // One crossing of the slow fabric in the chain; in rank order three hops would cross it.
+  auto crossings = [&](const std::vector<int>& c) {
+    int x = 0;
+    for (size_t i = 1; i < c.size(); ++i) x += t.island[c[i - 1]] != t.island[c[i]];
+    return x;
+  };
+  EXPECT_EQ(crossings(g.nicAwareChain(6)), 1);
+  EXPECT_EQ(crossings({0, 1, 2, 3, 4, 5, 6, 7}), 3);
+}
+
 }  // namespace
 }  // namespace hetcomm::coll
