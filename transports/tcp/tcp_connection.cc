@@ -53,6 +53,7 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
     if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
   double total = 0;
   for (auto& s : streams_) total += s->weight;
+  multiPath_ = addrs.size() > 1;
   for (const auto& a : addrs) {
     double share = 0;
     for (size_t i = 0; i < via.size() && i < streams_.size(); ++i)
@@ -94,12 +95,15 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
   for (size_t i = 0; i < nseg; ++i) {
     size_t off = i * kSegmentBytes;
     size_t len = nseg == 1 ? total : std::min(kSegmentBytes, total - off);
-    // The socket that has been given the fewest bytes per unit of weight: spreads large messages over every
-    // socket in proportion to its path's bandwidth (multi-rail), however fast each kernel buffer swallows them.
-    // (The user-space queue alone would not do: a socket's kernel buffer takes megabytes at once, so the first
-    // socket would look idle and get everything.)
+    // One path: the socket with the fewest queued bytes, which keeps a message off a socket still busy with an
+    // earlier one. Several paths (multi-rail): the socket given the fewest bytes per unit of weight, so every path
+    // carries its share however fast each kernel buffer swallows data (by queued bytes alone the first socket
+    // would look idle, its kernel buffer taking megabytes at once, and get everything).
     TcpStream* s = streams_[0].get();
-    auto load = [len](const TcpStream& t) { return (t.assignedBytes + static_cast<double>(len)) / t.weight; };
+    auto load = [&](const TcpStream& t) {
+      return multiPath_ ? (t.assignedBytes + static_cast<double>(len)) / t.weight
+                        : static_cast<double>(t.queuedBytes);
+    };
     for (auto& cand : streams_)
       if (load(*cand) < load(*s)) s = cand.get();
     s->assignedBytes += static_cast<double>(len);

@@ -118,6 +118,7 @@ class TcpConnection final : public Connection {
   Status peerGone() const;
 
   int epollFd_;
+  bool multiPath_ = false;  // sockets reach the peer over more than one path (multi-rail)
   int myRank_;
   int peer_;
   std::string via_;
