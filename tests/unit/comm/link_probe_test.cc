@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/topology/cluster_fixtures.h"
+
 namespace hetcomm::comm {
 namespace {
 
@@ -20,33 +22,16 @@ using topo::Nic;
 using topo::NicKind;
 using topo::NodeDescription;
 using transport::Kind;
-
-Nic makeNic(const std::string& name, NicKind kind, uint64_t rateMbps, const std::string& fabric) {
-  Nic n;
-  n.name = name;
-  n.kind = kind;
-  n.rateMbps = rateMbps;
-  n.fabric = fabric;
-  return n;
-}
-
-NodeDescription makeNode(const std::string& hostId, std::vector<Nic> nics) {
-  NodeDescription n;
-  n.hostId = hostId;
-  n.hostName = hostId;
-  n.cores = 2;
-  n.pus = 2;
-  n.nics = std::move(nics);
-  return n;
-}
+using topo::testing::makeNic;
+using topo::testing::makeNode;
 
 // mixed-4x2's shape: hosts 0-1 on an IB fabric, 2-3 on RoCE, all four on Ethernet; two ranks per host.
 topo::ClusterView mixedCluster() {
   std::vector<NodeDescription> nodes;
   for (int h = 0; h < 4; ++h) {
-    std::vector<Nic> nics{makeNic("eth0", NicKind::kEth, 200, "eth")};
-    if (h < 2) nics.push_back(makeNic("ib0", NicKind::kIb, 1600, "ib-a"));
-    else nics.push_back(makeNic("roce0", NicKind::kRoce, 800, "roce-b"));
+    std::vector<Nic> nics{makeNic("eth0", NicKind::kEth, 200, {}, "eth")};
+    if (h < 2) nics.push_back(makeNic("ib0", NicKind::kIb, 1600, {}, "ib-a"));
+    else nics.push_back(makeNic("roce0", NicKind::kRoce, 800, {}, "roce-b"));
     for (int r = 0; r < 2; ++r) nodes.push_back(makeNode("host" + std::to_string(h), nics));
   }
   auto view = topo::ClusterView::build(std::move(nodes));

@@ -2,6 +2,7 @@
 // each truncation, flipped header and data bytes, bad dtypes, overlapping or gapped offsets, absurd lengths.
 // Also the atomic write: a failed write leaves the old file and no temp file behind.
 #include "trainer/checkpoint.h"
+#include "tests/unit/trainer/test_support.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -19,36 +20,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-template <class R>
-std::string messageOf(const R& r) {
-  return r.has_value() ? std::string() : r.error().message();
-}
-
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    path_ = fs::path(testing::TempDir()) / ("hetcomm_ckpt_" + std::to_string(::getpid()) + "_" +
-                                            testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-  std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
+  TempDir() : test::TempDir("hetcomm_ckpt_") {}
 };
+using test::messageOf;
 
 std::vector<std::byte> readBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

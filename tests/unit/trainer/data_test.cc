@@ -1,6 +1,7 @@
 // data_test: tokenizer, corpus building and its errors, sample windows, the deterministic shuffle (pinned),
 // exact resume, and the data-parallel sharding contract.
 #include "trainer/data.h"
+#include "tests/unit/trainer/test_support.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,30 +18,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-template <class R>
-std::string messageOf(const R& r) {
-  return r.has_value() ? std::string() : r.error().message();
-}
-
-// A fresh directory under the test temp dir, removed at the end of the test.
-class TempDir {
+class TempDir : public test::TempDir {
  public:
-  TempDir() {
-    path_ = fs::path(testing::TempDir()) / ("hetcomm_data_" + std::to_string(::getpid()) + "_" +
-                                            testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return (path_ / name).string();
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
+  TempDir() : test::TempDir("hetcomm_data_") {}
 };
+using test::messageOf;
 
 // "0123456789" repeated: position i holds digit i % 10, so every window's content is predictable.
 std::string digits(size_t n) {
