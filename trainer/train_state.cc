@@ -1,6 +1,8 @@
 #include "trainer/train_state.h"
 
+#include <array>
 #include <cstring>
+#include <type_traits>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -10,6 +12,13 @@
 namespace hetcomm::trainer {
 
 namespace {
+
+// The state's three whole buffers, each with the prefix of its tensors' names in the file.
+template <class State>
+auto buffers(State& s) {
+  using Buf = std::conditional_t<std::is_const_v<State>, const std::vector<float>, std::vector<float>>;
+  return std::array<std::pair<std::string, Buf*>, 3>{{{"", &s.params}, {"optim.m.", &s.m}, {"optim.v.", &s.v}}};
+}
 
 Result<int64_t> metaInt(const Checkpoint& ckpt, const std::string& key) {
   auto it = ckpt.metadata.find(key);
@@ -30,10 +39,9 @@ Result<int64_t> metaInt(const Checkpoint& ckpt, const std::string& key) {
 Result<void> saveTrainState(const std::string& path, const ParamLayout& layout, const TrainState& state,
                             const TrainConfig& cfg) {
   std::vector<TensorRef> refs;
-  for (const auto* prefix : {"", "optim.m.", "optim.v."}) {
-    const std::vector<float>& buf = *prefix == 0 ? state.params : prefix[6] == 'm' ? state.m : state.v;
+  for (auto [prefix, buf] : buffers(state)) {
     for (const ParamTensor& t : layout.tensors())
-      refs.push_back(TensorRef{prefix + t.name, DType::kF32, t.shape, buf.data() + t.offset});
+      refs.push_back(TensorRef{prefix + t.name, DType::kF32, t.shape, buf->data() + t.offset});
   }
   std::map<std::string, std::string> meta{
       {"format", "hetcomm-train 1"},
@@ -75,13 +83,12 @@ Result<TrainState> loadTrainState(const std::string& path, const ParamLayout& la
   auto cursor = metaInt(*ckpt, "data_cursor");
   if (!cursor) return cursor.error();
   s.data = DataPosition{static_cast<uint64_t>(*epoch), static_cast<uint64_t>(*cursor)};
-  for (auto* buf : {&s.params, &s.m, &s.v}) buf->assign(layout.totalFloats(), 0.0f);
-  for (const auto* prefix : {"", "optim.m.", "optim.v."}) {
-    std::vector<float>& buf = *prefix == 0 ? s.params : prefix[6] == 'm' ? s.m : s.v;
+  for (auto [prefix, buf] : buffers(s)) {
+    buf->assign(layout.totalFloats(), 0.0f);
     for (const ParamTensor& t : layout.tensors()) {
       auto tensor = ckpt->get(prefix + t.name, DType::kF32, t.shape);
       if (!tensor) return tensor.error();
-      std::memcpy(buf.data() + t.offset, (*tensor)->data.data(), t.numel * sizeof(float));
+      std::memcpy(buf->data() + t.offset, (*tensor)->data.data(), t.numel * sizeof(float));
     }
   }
   return s;

@@ -73,11 +73,16 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
   check "tcp dials the peer on the fabric the topology chose ($ib), not the first address it lists" $?
 fi
 
-out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/coll_check" 2>&1)
-rc=$?
-[ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
-check "every collective is correct on the emulated cluster" $?
-[ $rc -eq 0 ] || tail -20 <<<"$out"
+# coll_check on a cluster: every collective correct (the output's tail on failure).
+coll_check_on() {  # cluster file, description
+  local out rc
+  out=$("$bin/hetcomm-run" --cluster "$1" "$bin/coll_check" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
+  check "$2" $?
+  [ $rc -eq 0 ] || tail -20 <<<"$out"
+}
+coll_check_on "$tmp/cluster.json" "every collective is correct on the emulated cluster"
 
 for algo in hier ring; do
   out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" -x HETCOMM_ALGO=$algo "$bin/all_reduce_perf" -b 1K -e 1M \
@@ -102,11 +107,7 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
     "$bin/hetcomm-topo" 2>&1)
   grep -qE "\[rank 0\].*peer 2 .*r0->r2/tcp\(2 sockets via [0-9.]+ \(50%\), [0-9.]+ \(50%\)\)" <<<"$out"
   check "dual rail: tcp stripes over both InfiniBand-class fabrics, half each" $?
-  out=$("$bin/hetcomm-run" --cluster "$tmp/dualrail.json" "$bin/coll_check" 2>&1)
-  rc=$?
-  [ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
-  check "dual rail: every collective is correct" $?
-  [ $rc -eq 0 ] || tail -20 <<<"$out"
+  coll_check_on "$tmp/dualrail.json" "dual rail: every collective is correct"
   "$emulate" down "$tmp/dualrail.json" >/dev/null 2>&1; check "emulate-cluster down (dual rail)" $?
 fi
 ! ip netns list | grep -q "$(python3 -c "import hashlib;print(hashlib.sha1(b'$name').hexdigest()[:5])")"

@@ -258,7 +258,10 @@ asio::awaitable<void> acceptLoop(ConnectState& st, tcp::acceptor& acceptor) {
 
 std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via) {
   double unknown = 1;  // a socket on no listed path counts as the slowest listed one
-  for (const Transport::Path& path : paths) unknown = std::min(&path == &paths.front() ? path.weight : unknown, path.weight);
+  if (!paths.empty())
+    unknown = std::min_element(paths.begin(), paths.end(), [](const auto& a, const auto& b) {
+                return a.weight < b.weight;
+              })->weight;
   std::vector<double> weights;
   for (const auto& addr : via) {
     double w = unknown;
