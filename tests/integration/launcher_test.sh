@@ -12,7 +12,10 @@ set -u
 
 RUN=${1:?usage: launcher_test.sh path/to/hetcomm-run}
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+# Only this shell cleans up: a background subshell (the watchdogs below) killed before it has set its own traps
+# still runs this one, and took TMP away under the rest of the test (seen in CI, under load).
+MAIN_PID=$$
+trap '[ "$BASHPID" = "$MAIN_PID" ] && rm -rf "$TMP"' EXIT
 ID="$$$RANDOM"
 SLEEP="sleep 30.$ID"
 passed=0
