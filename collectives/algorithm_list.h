@@ -9,9 +9,13 @@ const Algorithm& ringAllReduce();
 const Algorithm& hierAllReduce();
 const Algorithm& recursiveDoublingAllReduce();
 const Algorithm& ringReduceScatter();
+const Algorithm& hierReduceScatter();
 const Algorithm& ringAllGather();
+const Algorithm& hierAllGather();
 const Algorithm& chainBroadcast();
+const Algorithm& hierBroadcast();
 const Algorithm& chainReduce();
+const Algorithm& hierReduce();
 const Algorithm& pairwiseAlltoAll();
 const Algorithm& directSendRecv();
 

@@ -10,8 +10,10 @@ namespace hetcomm::coll {
 
 std::span<const Algorithm* const> allAlgorithms() {
   static const Algorithm* const table[] = {
-      &ringAllReduce(), &hierAllReduce(), &recursiveDoublingAllReduce(),    &ringReduceScatter(), &ringAllGather(),
-      &chainBroadcast(), &chainReduce(),     &pairwiseAlltoAll(),  &directSendRecv(),
+      &ringAllReduce(),  &hierAllReduce(), &recursiveDoublingAllReduce(),
+      &ringReduceScatter(), &hierReduceScatter(), &ringAllGather(), &hierAllGather(),
+      &chainBroadcast(), &hierBroadcast(), &chainReduce(), &hierReduce(),
+      &pairwiseAlltoAll(), &directSendRecv(),
   };
   return table;
 }

@@ -9,120 +9,49 @@
 //
 // Needs a uniform shape: the same number of ranks on every host and of hosts in every island, and two levels or
 // more (with one, it is the plain ring).
-#include <algorithm>
-#include <map>
-#include <optional>
-
 #include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
 #include "collectives/ring_phases.h"
 
 namespace hetcomm::coll {
 namespace {
 
-struct Level {
-  std::vector<int> members;  // group ranks, in ring order
-  int index = 0;             // this rank's position in members
-  int sharers = 1;           // ranks of one host that cross the same NIC at once at this level
-};
-
-// The levels rank g.rank runs, lowest first; nullopt when the group is not uniform or has fewer than two levels.
-std::optional<std::vector<Level>> levelsOf(const GroupView& g) {
-  std::map<int, std::vector<int>> hostRanks;    // host -> ranks, ascending
-  std::map<int, std::vector<int>> islandHosts;  // island -> hosts, ascending
-  for (int r = 0; r < g.nranks; ++r) {
-    hostRanks[g.hostOf(r)].push_back(r);
-    auto& hosts = islandHosts[g.islandOf(r)];
-    if (std::find(hosts.begin(), hosts.end(), g.hostOf(r)) == hosts.end()) hosts.push_back(g.hostOf(r));
-  }
-  const size_t k = hostRanks.begin()->second.size(), m = islandHosts.begin()->second.size();
-  for (const auto& [h, ranks] : hostRanks)
-    if (ranks.size() != k) return std::nullopt;
-  for (auto& [i, hosts] : islandHosts) {
-    if (hosts.size() != m) return std::nullopt;
-    std::sort(hosts.begin(), hosts.end());
-  }
-  // Coordinates: place on the host, host's place in its island, island's place.
-  auto localOf = [&](int r) {
-    const auto& v = hostRanks[g.hostOf(r)];
-    return static_cast<int>(std::find(v.begin(), v.end(), r) - v.begin());
-  };
-  auto hostPlace = [&](int r) {
-    const auto& v = islandHosts[g.islandOf(r)];
-    return static_cast<int>(std::find(v.begin(), v.end(), g.hostOf(r)) - v.begin());
-  };
-  std::vector<int> islandIds;
-  for (const auto& [i, hosts] : islandHosts) islandIds.push_back(i);
-  auto islandPlace = [&](int r) {
-    return static_cast<int>(std::find(islandIds.begin(), islandIds.end(), g.islandOf(r)) - islandIds.begin());
-  };
-  const int me = g.rank;
-  std::vector<Level> levels;
-  auto addLevel = [&](auto sameGroup, auto place, int sharers) {
-    Level l;
-    l.sharers = sharers;
-    std::vector<std::pair<int, int>> byPlace;
-    for (int r = 0; r < g.nranks; ++r)
-      if (sameGroup(r)) byPlace.push_back({place(r), r});
-    std::sort(byPlace.begin(), byPlace.end());
-    for (auto [p, r] : byPlace) {
-      if (r == me) l.index = static_cast<int>(l.members.size());
-      l.members.push_back(r);
-    }
-    if (l.members.size() > 1) levels.push_back(std::move(l));
-  };
-  addLevel([&](int r) { return g.hostOf(r) == g.hostOf(me); }, localOf, 1);
-  addLevel([&](int r) { return g.islandOf(r) == g.islandOf(me) && localOf(r) == localOf(me); }, hostPlace,
-           static_cast<int>(k));
-  addLevel([&](int r) { return localOf(r) == localOf(me) && hostPlace(r) == hostPlace(me); }, islandPlace,
-           static_cast<int>(k));
-  if (levels.size() < 2) return std::nullopt;
-  return levels;
-}
-
-// Pieces: about two chunks each, so the top level's messages stay a useful size; at most 64.
-size_t piecesFor(size_t bytes, size_t chunkBytes) {
-  return std::clamp<size_t>(bytes / std::max<size_t>(1, 2 * chunkBytes), 1, 64);
-}
+constexpr size_t kMaxPieces = 64;
 
 class HierAllReduce final : public Algorithm {
  public:
   std::string_view name() const override { return "hier"; }
   bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kAllReduce && g.nranks > 2 && levelsOf(g).has_value();
+    return a.kind == CollKind::kAllReduce && g.nranks > 2 && hierarchyOf(g).has_value();
   }
 
-  // Every level streams its share of every piece; pipelined, the slowest level sets the pace and the others add
-  // their part of one piece (fill and drain).
+  // Each level moves 2(n-1)/n of what reaches it, in 2(n-1) messages per piece.
   double estimateUs(const Args& a, const GroupView& g) const override {
-    auto levels = levelsOf(g);
-    if (!levels) return 1e30;
-    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    const double pieces = static_cast<double>(piecesFor(a.count * kernels::sizeOf(a.dtype), g.chunkBytes));
-    double reaching = bytes, sum = 0, slowest = 0;
-    for (const Level& l : *levels) {
-      const int n = static_cast<int>(l.members.size());
-      double bw = 1e30, alpha = 0;
-      for (int i = 0; i < n; ++i) {
-        bw = std::min(bw, g.bwGBps(l.members[i], l.members[(i + 1) % n]) / l.sharers);
-        alpha = std::max(alpha, g.alphaUs(l.members[i], l.members[(i + 1) % n]));
-      }
-      const double t = 2.0 * (n - 1) * alpha * pieces + 2.0 * (n - 1) / n * reaching / (bw * 1e3);
-      sum += t;
-      slowest = std::max(slowest, t);
+    auto h = hierarchyOf(g);
+    if (!h) return 1e30;
+    const size_t total = a.count * kernels::sizeOf(a.dtype);
+    const double pieces = static_cast<double>(piecesFor(total, g.chunkBytes, kMaxPieces));
+    double reaching = static_cast<double>(total);
+    std::vector<double> bytes, messages;
+    for (const Level& l : h->levels) {
+      const double n = static_cast<double>(l.members.size());
+      bytes.push_back(2.0 * (n - 1) / n * reaching);
+      messages.push_back(2.0 * (n - 1) * pieces);
       reaching /= n;
     }
-    return slowest + (sum - slowest) / pieces;
+    return pipelinedLevelsUs(g, *h, bytes, messages, pieces);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    auto levels = levelsOf(g);
-    if (!levels) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+    auto h = hierarchyOf(g);
+    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
     Schedule s;
     s.dtype = a.dtype;
     s.op = a.op;
     s.nranks = g.nranks;
     const size_t esz = kernels::sizeOf(a.dtype);
-    const size_t P = piecesFor(a.count * esz, g.chunkBytes);
+    const std::vector<Level>* levels = &h->levels;
+    const size_t P = piecesFor(a.count * esz, g.chunkBytes, kMaxPieces);
     const Blocks pieces = evenBlocks(a.count, static_cast<int>(P));
     const size_t L = levels->size();
 

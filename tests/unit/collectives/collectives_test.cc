@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "collectives/algorithm.h"
@@ -140,7 +141,9 @@ void runCase(const Case& c, size_t chunkBytes, bool lateReceiveFree = false, con
       default: FAIL();
     }
     ASSERT_EQ(0, std::memcmp(out, expect.data(), expect.size())) << "rank " << r << " has a wrong result";
-    if (!c.inPlace) EXPECT_EQ(recv[r][recvElems * esz], std::byte{0x5a}) << "rank " << r << " wrote past the end";
+    if (!c.inPlace) {
+      EXPECT_EQ(recv[r][recvElems * esz], std::byte{0x5a}) << "rank " << r << " wrote past the end";
+    }
   }
 }
 
@@ -273,23 +276,50 @@ testing::SimTopology shape(int hosts, int perHost, int islands) {
   return t;
 }
 
-TEST(Collectives, HierarchicalAllReduceOnEveryUniformShape) {
+constexpr CollKind kHierKinds[] = {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter,
+                                   CollKind::kBroadcast, CollKind::kReduce};
+
+// The selection must not fall back to another algorithm: a forced name that does not apply is ignored.
+void expectHierPlans(CollKind kind, const testing::SimTopology& t, int root = 0) {
+  GroupView g;
+  g.nranks = static_cast<int>(t.host.size());
+  g.host = t.host;
+  g.island = t.island;
+  Args a;
+  a.kind = kind;
+  a.count = 1000;
+  a.root = root;
+  auto sel = selectAlgorithm(a, g, "hier");
+  ASSERT_TRUE(sel);
+  EXPECT_EQ(sel->algo->name(), "hier") << name(kind);
+}
+
+TEST(Collectives, HierarchicalCollectivesOnEveryUniformShape) {
   struct Shape {
     int hosts, perHost, islands;
   };
   // Three levels, host + island, host + cross, island + cross, and three islands.
-  for (Shape sh : {Shape{4, 2, 2}, Shape{2, 2, 1}, Shape{3, 3, 3}, Shape{4, 1, 2}, Shape{6, 2, 3}})
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{70001}})
-      for (bool inPlace : {false, true})
-        runCase({CollKind::kAllReduce, sh.hosts * sh.perHost, count, DataType::kFloat32, RedOp::kSum, 0, inPlace},
-                4096, false, "hier", shape(sh.hosts, sh.perHost, sh.islands));
+  for (CollKind kind : kHierKinds)
+    for (Shape sh : {Shape{4, 2, 2}, Shape{2, 2, 1}, Shape{3, 3, 3}, Shape{4, 1, 2}, Shape{6, 2, 3}}) {
+      const testing::SimTopology topo = shape(sh.hosts, sh.perHost, sh.islands);
+      const int n = sh.hosts * sh.perHost;
+      // Rooted kinds: the first rank, and one that is neither first on its host nor in the first island.
+      const bool rooted = kind == CollKind::kBroadcast || kind == CollKind::kReduce;
+      for (int root : rooted ? std::vector<int>{0, n - 1} : std::vector<int>{0}) {
+        expectHierPlans(kind, topo, root);
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{70001}})
+          for (bool inPlace : {false, true})
+            runCase({kind, n, count, DataType::kFloat32, RedOp::kSum, root, inPlace}, 4096, false, "hier", topo);
+      }
+    }
 }
 
-TEST(Collectives, HierarchicalAllReduceEveryDatatypeAndOp) {
-  for (DataType t : kAllTypes)
-    for (RedOp op : kAllOps)
-      for (bool late : {false, true})
-        runCase({CollKind::kAllReduce, 8, 5003, t, op, 0, false}, 1024, late, "hier", shape(4, 2, 2));
+TEST(Collectives, HierarchicalCollectivesEveryDatatypeAndOp) {
+  for (CollKind kind : kHierKinds)
+    for (DataType t : kAllTypes)
+      for (RedOp op : kAllOps)
+        for (bool late : {false, true})
+          runCase({kind, 8, 5003, t, op, 5, false}, 1024, late, "hier", shape(4, 2, 2));
 }
 
 TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
@@ -315,6 +345,38 @@ TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
   g.host = {0, 0, 0, 1, 2, 2, 3, 3};
   EXPECT_FALSE(selectAlgorithm(a, g, "")->algo->name() == "hier");
   EXPECT_EQ(selectAlgorithm(a, g, "hier")->algo->name(), "ring");
+}
+
+// Every rank selects on its own, so every rank must predict the same times, even where the islands' fabrics
+// differ (here island 1's links are half as fast as island 0's); and across slow links hier wins every kind.
+TEST(Collectives, EveryRankPredictsTheSameTimesAndHierWinsEveryKind) {
+  testing::SimTopology t = shape(4, 2, 2);
+  for (size_t i = 0; i < t.bw.size(); ++i)
+    if (t.island[i / 8] == 1 && t.island[i % 8] == 1 && t.host[i / 8] != t.host[i % 8]) t.bw[i] = 0.5;
+  for (CollKind kind : kHierKinds)
+    for (int root : {0, 5}) {
+      Args a;
+      a.kind = kind;
+      a.count = 4 << 20;
+      a.root = root;
+      std::map<std::string, double> first;
+      for (int r = 0; r < 8; ++r) {
+        GroupView g;
+        g.rank = r;
+        g.nranks = 8;
+        g.host = t.host;
+        g.island = t.island;
+        g.bw = t.bw;
+        g.alpha.assign(t.bw.size(), 10.0);
+        for (const Algorithm* algo : allAlgorithms()) {
+          if (!algo->supports(a, g)) continue;
+          const double us = algo->estimateUs(a, g);
+          auto [it, isNew] = first.emplace(std::string(algo->name()), us);
+          EXPECT_EQ(it->second, us) << name(kind) << " " << algo->name() << " on rank " << r;
+        }
+        EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "hier") << name(kind);
+      }
+    }
 }
 
 TEST(Collectives, RecursiveDoublingAllReduceEveryRankCountSizeTypeAndOp) {

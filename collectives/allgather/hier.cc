@@ -1,0 +1,86 @@
+// Hierarchical all-gather: across islands first, then within each island, then within each host. The rank at
+// (island i, host h, place j) first swaps its block with the ranks (i', h, j) of the other islands, so every
+// host of an island carries its own ranks' blocks over the slow fabric at once and each block crosses it once;
+// the island level then passes those sets between the hosts of the island, and the host level the island's
+// sets between the ranks of the host (shared memory, where the bytes are cheapest). The top level moves the
+// least: (islands - 1) blocks per rank.
+//
+// Each block is cut into pieces and every piece flows up the levels on its own: the island ring forwards piece
+// p of a block while the slow ring still carries piece p+1.
+#include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+constexpr size_t kMaxPieces = 16;
+
+class HierAllGather final : public Algorithm {
+ public:
+  std::string_view name() const override { return "hier"; }
+  bool supports(const Args& a, const GroupView& g) const override {
+    return a.kind == CollKind::kAllGather && g.nranks > 2 && hierarchyOf(g).has_value();
+  }
+
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces);
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+    Schedule s;
+    s.dtype = a.dtype;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    copyUnlessSame(s, {Buf::kRecv, g.rank * bytes, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
+    const size_t S = piecesFor(bytes, g.chunkBytes, kMaxPieces);
+    const Blocks piece = evenBlocks(a.count, static_cast<int>(S));
+
+    // ready[q][p]: the step after which piece p of rank q's block is in this rank's output (none yet: the own
+    // block, read from the send buffer).
+    std::vector<std::vector<uint32_t>> ready(g.nranks);
+    const uint32_t start = joinSteps(s, {});
+    ready[g.rank].assign(S, start);
+    uint32_t tag = 0;
+    for (size_t l = h->levels.size(); l-- > 0;) {
+      const Level& lv = h->levels[l];
+      const int n = static_cast<int>(lv.members.size());
+      std::vector<std::vector<int>> sets(n);
+      for (int b = 0; b < n; ++b) sets[b] = h->blockRanks(lv.dim, b);
+      // Chunk c of member b's set: piece c % S of the block of rank sets[b][c / S].
+      const size_t chunks = sets[0].size() * S;
+      Ring ring(g, lv.members, lv.index, chunks, piece.maxCount, a.dtype);
+      auto at = [&](int b, size_t c) {
+        const size_t p = c % S;
+        return Slice{Buf::kRecv, sets[b][c / S] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
+      };
+      auto own = [&](int b, size_t c) {
+        const size_t p = c % S;
+        if (sets[b][c / S] == g.rank) return Slice{Buf::kSend, piece.offset[p] * esz, piece.count[p] * esz};
+        return at(b, c);
+      };
+      std::vector<uint32_t> ownReady(chunks);
+      for (size_t c = 0; c < chunks; ++c) ownReady[c] = ready[sets[lv.index][c / S]][c % S];
+      const std::vector<uint32_t> done = emitRingAllGather(s, ring, at, own, ownReady, {}, tag);
+      tag += static_cast<uint32_t>((n - 1) * chunks);
+      for (int b = 0; b < n; ++b)
+        for (size_t c = 0; c < chunks; ++c) {
+          auto& r = ready[sets[b][c / S]];
+          if (r.empty()) r.resize(S);
+          r[c % S] = done[c];
+        }
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& hierAllGather() {
+  static const HierAllGather algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,126 @@
+// Hierarchical broadcast: scatter, then all-gather (van de Geijn), along the hierarchy. The root cuts the buffer
+// into one share per host of its island and hands share h to host h's lead (the rank with the root's place on
+// that host); each of those leads sends its share across the slow fabric to the lead at the same host place in
+// the next island (a chain through the islands), so every host of an island carries 1/m of the buffer over the
+// slow fabric at once instead of one host carrying all of it. The leads of each island then all-gather the
+// shares over their fast fabric, and each lead passes the whole buffer down a chain through its host.
+//
+// Every share is cut into chunks that flow through the stages on their own.
+#include <algorithm>
+
+#include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+class HierBroadcast final : public Algorithm {
+ public:
+  std::string_view name() const override { return "hier"; }
+  bool supports(const Args& a, const GroupView& g) const override {
+    return a.kind == CollKind::kBroadcast && g.nranks > 2 && hierarchyOf(g).has_value();
+  }
+
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return 1e30;
+    const RootedPaths paths = rootedPaths(*h, a.root);
+    const int m = h->size[1];
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    const double pieces = static_cast<double>(Shares(a.count, m, kernels::sizeOf(a.dtype), g.chunkBytes).ch.nchunks);
+    std::vector<StageCost> stages;
+    auto add = [&](StageCost c, double b, double msgs) {
+      c.bytes = b;
+      c.messages = msgs;
+      stages.push_back(c);
+    };
+    if (m > 1) {
+      std::vector<std::vector<int>> fromRoot;
+      for (int lead : paths.scatter)
+        if (lead != a.root) fromRoot.push_back({a.root, lead});
+      add(pathsCost(g, fromRoot, false), bytes * (m - 1) / m, (m - 1) * pieces);
+      add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
+    }
+    if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
+    if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
+    return pipelinedStagesUs(stages, pieces);
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+    Schedule s;
+    s.dtype = a.dtype;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype);
+    const RootedPaths paths = rootedPaths(*h, a.root);
+    const int m = h->size[1];
+    const Shares shares(a.count, m, esz, g.chunkBytes);
+    const size_t P = shares.ch.nchunks;
+    const bool isRoot = g.rank == a.root;
+    if (isRoot) copyUnlessSame(s, {Buf::kRecv, 0, a.count * esz}, {Buf::kSend, 0, a.count * esz}, a.inPlace);
+    // The root sends from its send buffer; everyone else forwards what it received.
+    auto src = [&](int sh, size_t p) { return shares.at(isRoot ? Buf::kSend : Buf::kRecv, sh, p); };
+    // have[sh][p]: the step after which this rank holds chunk p of share sh.
+    std::vector<std::vector<uint32_t>> have(m, std::vector<uint32_t>(P, 0));
+    if (isRoot) {
+      const uint32_t start = joinSteps(s, {});
+      for (auto& v : have) std::fill(v.begin(), v.end(), start);
+    }
+    auto tagOf = [&](uint32_t base, int sh, size_t p) { return base + static_cast<uint32_t>(sh * P + p); };
+    uint32_t tag = 0;
+
+    // 1. The root hands each host of its island its share.
+    for (size_t p = 0; m > 1 && p < P; ++p)
+      for (int sh = 0; sh < m; ++sh) {
+        if (paths.scatter[sh] == a.root) continue;
+        if (isRoot) s.send(paths.scatter[sh], tagOf(tag, sh, p), src(sh, p));
+        if (g.rank == paths.scatter[sh]) have[sh][p] = s.recv(a.root, tagOf(tag, sh, p), shares.at(Buf::kRecv, sh, p));
+      }
+    tag += static_cast<uint32_t>(m * P);
+
+    // 2. Host place h carries share h (all of it when there is one host per island) from island to island.
+    const auto [sh, crossPos] = findIn(paths.crossChains, g.rank);
+    if (sh >= 0 && h->size[2] > 1) {
+      const std::vector<int>& chain = paths.crossChains[sh];
+      for (size_t p = 0; p < P; ++p) {
+        if (crossPos > 0) have[sh][p] = s.recv(chain[crossPos - 1], tagOf(tag, sh, p), shares.at(Buf::kRecv, sh, p));
+        if (crossPos + 1 < static_cast<int>(chain.size()))
+          s.steps[s.send(chain[crossPos + 1], tagOf(tag, sh, p), src(sh, p))].dependOn(have[sh][p]);
+      }
+    }
+    tag += static_cast<uint32_t>(m * P);
+
+    // 3. The leads of each island all-gather the shares.
+    const auto [island, ringPos] = findIn(paths.islandRings, g.rank);
+    if (m > 1 && island >= 0) {
+      Ring ring(g, paths.islandRings[island], ringPos, P, shares.ch.per, a.dtype);
+      auto at = [&](int b, size_t p) { return shares.at(Buf::kRecv, b, p); };
+      auto own = [&](int b, size_t p) { return src(b, p); };
+      const std::vector<uint32_t> done = emitRingAllGather(s, ring, at, own, have[ringPos], {}, tag);
+      for (auto& v : have) v = done;
+    }
+    tag += static_cast<uint32_t>((m - 1) * P);
+
+    // 4. Each lead passes the whole buffer down its host.
+    const auto [host, hostPos] = findIn(paths.hostChains, g.rank);
+    const std::vector<int>& chain = paths.hostChains[host];
+    for (size_t p = 0; chain.size() > 1 && p < P; ++p)
+      for (int b = 0; b < m; ++b) {
+        if (hostPos > 0) have[b][p] = s.recv(chain[hostPos - 1], tagOf(tag, b, p), shares.at(Buf::kRecv, b, p));
+        if (hostPos + 1 < static_cast<int>(chain.size()))
+          s.steps[s.send(chain[hostPos + 1], tagOf(tag, b, p), src(b, p))].dependOn(have[b][p]);
+      }
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& hierBroadcast() {
+  static const HierBroadcast algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

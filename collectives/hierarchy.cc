@@ -1,0 +1,189 @@
+#include "collectives/hierarchy.h"
+
+#include <algorithm>
+#include <map>
+
+namespace hetcomm::coll {
+
+std::optional<Hierarchy> hierarchyOf(const GroupView& g) {
+  std::map<int, std::vector<int>> hostRanks;    // host -> ranks, ascending
+  std::map<int, std::vector<int>> islandHosts;  // island -> hosts, ascending
+  for (int r = 0; r < g.nranks; ++r) {
+    hostRanks[g.hostOf(r)].push_back(r);
+    auto& hosts = islandHosts[g.islandOf(r)];
+    if (std::find(hosts.begin(), hosts.end(), g.hostOf(r)) == hosts.end()) hosts.push_back(g.hostOf(r));
+  }
+  const size_t k = hostRanks.begin()->second.size(), m = islandHosts.begin()->second.size();
+  for (const auto& [h, ranks] : hostRanks)
+    if (ranks.size() != k) return std::nullopt;
+  for (auto& [i, hosts] : islandHosts) {
+    if (hosts.size() != m) return std::nullopt;
+    std::sort(hosts.begin(), hosts.end());
+  }
+  std::vector<int> islandIds;
+  for (const auto& [i, hosts] : islandHosts) islandIds.push_back(i);
+  auto placeIn = [](const std::vector<int>& v, int x) {
+    return static_cast<int>(std::find(v.begin(), v.end(), x) - v.begin());
+  };
+
+  Hierarchy h;
+  h.me = g.rank;
+  h.size = {static_cast<int>(k), static_cast<int>(m), static_cast<int>(islandIds.size())};
+  h.coord.resize(g.nranks);
+  for (int r = 0; r < g.nranks; ++r)
+    h.coord[r] = {placeIn(hostRanks[g.hostOf(r)], r), placeIn(islandHosts[g.islandOf(r)], g.hostOf(r)),
+                  placeIn(islandIds, g.islandOf(r))};
+  for (int dim = 0; dim < 3; ++dim) {
+    if (h.size[dim] < 2) continue;
+    Level l;
+    l.dim = dim;
+    l.sharers = dim == 0 ? 1 : static_cast<int>(k);
+    Hierarchy::Coord c = h.coord[g.rank];
+    for (int b = 0; b < h.size[dim]; ++b) {
+      c[dim] = b;
+      l.members.push_back(h.rankAt(c));
+    }
+    l.index = h.coord[g.rank][dim];
+    h.levels.push_back(std::move(l));
+  }
+  if (h.levels.size() < 2) return std::nullopt;
+  return h;
+}
+
+int Hierarchy::rankAt(const Coord& c) const {
+  for (size_t r = 0; r < coord.size(); ++r)
+    if (coord[r] == c) return static_cast<int>(r);
+  return -1;
+}
+
+const Level* Hierarchy::levelOf(int dim) const {
+  for (const Level& l : levels)
+    if (l.dim == dim) return &l;
+  return nullptr;
+}
+
+std::vector<int> Hierarchy::blockRanks(int dim, int b) const {
+  std::vector<int> out;
+  Coord c = coord[me];
+  c[dim] = b;
+  // Enumerate the coordinates above dim (at most two), highest first.
+  const int hiA = dim + 1 < 3 ? size[dim + 1] : 1, hiB = dim + 2 < 3 ? size[dim + 2] : 1;
+  for (int y = 0; y < hiB; ++y)
+    for (int x = 0; x < hiA; ++x) {
+      if (dim + 1 < 3) c[dim + 1] = x;
+      if (dim + 2 < 3) c[dim + 2] = y;
+      out.push_back(rankAt(c));
+    }
+  return out;
+}
+
+std::vector<std::vector<int>> Hierarchy::groupsOf(int dim) const {
+  std::vector<std::vector<int>> groups;
+  for (size_t r = 0; r < coord.size(); ++r) {
+    if (coord[r][dim] != 0) continue;  // one group per rank at place 0
+    std::vector<int> g;
+    Coord c = coord[r];
+    for (int b = 0; b < size[dim]; ++b) {
+      c[dim] = b;
+      g.push_back(rankAt(c));
+    }
+    groups.push_back(std::move(g));
+  }
+  return groups;
+}
+
+RootedPaths rootedPaths(const Hierarchy& h, int root) {
+  RootedPaths p;
+  const Hierarchy::Coord rc = h.coord[root];
+  const int k = h.size[0], m = h.size[1], islands = h.size[2];
+  auto lead = [&](int island, int host) { return h.rankAt({rc[0], host, island}); };
+  for (int hp = 0; hp < m; ++hp) p.scatter.push_back(lead(rc[2], hp));
+  for (int hp = 0; hp < m; ++hp) {
+    std::vector<int> chain;
+    for (int t = 0; t < islands; ++t) chain.push_back(lead((rc[2] + t) % islands, hp));
+    p.crossChains.push_back(std::move(chain));
+  }
+  for (int i = 0; i < islands; ++i) {
+    std::vector<int> ring;
+    for (int hp = 0; hp < m; ++hp) ring.push_back(lead(i, hp));
+    p.islandRings.push_back(std::move(ring));
+    for (int hp = 0; hp < m; ++hp) {
+      std::vector<int> chain;
+      for (int t = 0; t < k; ++t) chain.push_back(h.rankAt({(rc[0] + t) % k, hp, i}));
+      p.hostChains.push_back(std::move(chain));
+    }
+  }
+  return p;
+}
+
+std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank) {
+  for (size_t i = 0; i < paths.size(); ++i)
+    for (size_t j = 0; j < paths[i].size(); ++j)
+      if (paths[i][j] == rank) return {static_cast<int>(i), static_cast<int>(j)};
+  return {-1, -1};
+}
+
+double pipelinedStagesUs(const std::vector<StageCost>& stages, double pieces) {
+  double sum = 0, slowest = 0;
+  for (const StageCost& st : stages) {
+    const double t = st.messages * st.alphaUs + st.bytes / (st.bwGBps * 1e3);
+    sum += t;
+    slowest = std::max(slowest, t);
+  }
+  return slowest + (sum - slowest) / std::max(1.0, pieces);
+}
+
+StageCost pathCost(const GroupView& g, const std::vector<int>& path, bool closed, int sharers) {
+  StageCost c;
+  c.bwGBps = 1e30;
+  const size_t n = path.size(), hops = closed ? n : n - 1;
+  for (size_t j = 0; n > 1 && j < hops; ++j) {
+    c.bwGBps = std::min(c.bwGBps, g.bwGBps(path[j], path[(j + 1) % n]) / sharers);
+    c.alphaUs = std::max(c.alphaUs, g.alphaUs(path[j], path[(j + 1) % n]));
+  }
+  return c;
+}
+
+StageCost pathsCost(const GroupView& g, const std::vector<std::vector<int>>& paths, bool closed, int sharers) {
+  StageCost worst;
+  worst.bwGBps = 1e30;
+  for (const auto& p : paths) {
+    const StageCost c = pathCost(g, p, closed, sharers);
+    worst.bwGBps = std::min(worst.bwGBps, c.bwGBps);
+    worst.alphaUs = std::max(worst.alphaUs, c.alphaUs);
+  }
+  return worst;
+}
+
+double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vector<double>& bytes,
+                         const std::vector<double>& messages, double pieces) {
+  std::vector<StageCost> stages;
+  for (size_t i = 0; i < h.levels.size(); ++i) {
+    StageCost c = pathsCost(g, h.groupsOf(h.levels[i].dim), true, h.levels[i].sharers);
+    c.bytes = bytes[i];
+    c.messages = messages[i];
+    stages.push_back(c);
+  }
+  return pipelinedStagesUs(stages, pieces);
+}
+
+double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces) {
+  auto h = hierarchyOf(g);
+  if (!h) return 1e30;
+  const double pieces = static_cast<double>(piecesFor(blockBytes, g.chunkBytes, maxPieces));
+  std::vector<double> bytes(h->levels.size()), messages(h->levels.size());
+  double held = 1;
+  for (size_t l = h->levels.size(); l-- > 0;) {
+    const double n = static_cast<double>(h->levels[l].members.size());
+    bytes[l] = (n - 1) * held * static_cast<double>(blockBytes);
+    messages[l] = (n - 1) * held * pieces;
+    held *= n;
+  }
+  return pipelinedLevelsUs(g, *h, bytes, messages, pieces);
+}
+
+size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most) {
+  return std::clamp<size_t>(bytes / std::max<size_t>(1, 2 * chunkBytes), 1, most);
+}
+
+}  // namespace hetcomm::coll

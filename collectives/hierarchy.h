@@ -1,0 +1,102 @@
+// hierarchy.h: the three levels hierarchical collectives run over. Every rank has three coordinates: its place
+// on its host (level 0, shared memory), its host's place in its island (level 1, the island's fast fabric) and
+// its island's place (level 2, the slow fabric between islands). A level's group is the ranks that differ from
+// this rank only in that coordinate; a level with one member is left out.
+//
+// The planners need a uniform shape (the same number of ranks on every host and of hosts in every island), so
+// that every coordinate combination is a rank and the groups of a level all have the same size.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "collectives/algorithm.h"
+
+namespace hetcomm::coll {
+
+struct Level {
+  int dim = 0;               // the coordinate it varies: 0 host, 1 island, 2 across islands
+  std::vector<int> members;  // group ranks, by their place in dim (ring order)
+  int index = 0;             // this rank's position in members
+  int sharers = 1;           // ranks of one host that cross the same NIC at once at this level
+};
+
+struct Hierarchy {
+  using Coord = std::array<int, 3>;
+  std::vector<Coord> coord;  // per group rank
+  Coord size{};              // ranks per host, hosts per island, islands
+  std::vector<Level> levels;  // this rank's, lowest first
+  int me = 0;
+
+  int rankAt(const Coord& c) const;
+  const Level* levelOf(int dim) const;  // nullptr where the level has one member
+  // The ranks whose coordinate dim is b and whose lower coordinates are this rank's, the higher ones taking
+  // every value (ordered by them, highest first). Hierarchical all-gather and reduce-scatter pass these sets
+  // between a level's members: what a level gathers is everything the levels above it gathered.
+  std::vector<int> blockRanks(int dim, int b) const;
+  // Every group of the level that varies dim (not only this rank's), each by place: what a cost estimate reads,
+  // so that every rank predicts the same time and picks the same algorithm.
+  std::vector<std::vector<int>> groupsOf(int dim) const;
+};
+
+// Rooted plans (broadcast, reduce) send through the ranks that have the root's place on their hosts, the leads:
+// one per host carries the host's traffic over the network. The root's island splits the buffer into one share
+// per host place; host place h of every island carries share h across the slow fabric.
+struct RootedPaths {
+  std::vector<int> scatter;                   // the leads of the root's island, by host place
+  std::vector<std::vector<int>> crossChains;  // per host place: its lead in every island, the root's island first
+  std::vector<std::vector<int>> islandRings;  // per island: its leads, by host place
+  std::vector<std::vector<int>> hostChains;   // per host: its ranks, the lead first
+};
+
+// The buffer of a rooted plan as m shares with equal chunk counts: chunk p of share sh.
+struct Shares {
+  Shares(size_t count, int m, size_t esz, size_t chunkBytes)
+      : blocks(evenBlocks(count, m)), ch(chunkingFor(blocks.maxCount, esz, chunkBytes)), esz(esz) {}
+  Blocks blocks;
+  Chunking ch;
+  size_t esz;
+  Slice at(Buf buf, int sh, size_t p) const {
+    const size_t lo = ch.begin(p, blocks.count[sh]), hi = ch.end(p, blocks.count[sh]);
+    return Slice{buf, (blocks.offset[sh] + lo) * esz, (hi - lo) * esz};
+  }
+};
+
+RootedPaths rootedPaths(const Hierarchy& h, int root);
+// This rank's place in whichever of `paths` holds it: {path index, position}, or {-1, -1}.
+std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank);
+
+// nullopt when the group is not uniform or has fewer than two levels (one level is the plain ring).
+std::optional<Hierarchy> hierarchyOf(const GroupView& g);
+
+// One stage of a pipelined plan: what one rank sends in it, in how many messages, over its slowest link.
+struct StageCost {
+  double bytes = 0, messages = 0, bwGBps = 1, alphaUs = 0;
+};
+// Pipelined over `pieces`, the slowest stage sets the pace and the others add their share of one piece (fill
+// and drain).
+double pipelinedStagesUs(const std::vector<StageCost>& stages, double pieces);
+// The slowest link and the worst latency along `path` (consecutive pairs; as a ring when closed), shared by
+// `sharers` ranks of a host.
+StageCost pathCost(const GroupView& g, const std::vector<int>& path, bool closed, int sharers = 1);
+// The slowest of several paths that run at once.
+StageCost pathsCost(const GroupView& g, const std::vector<std::vector<int>>& paths, bool closed, int sharers = 1);
+
+// The alpha-beta time of a pipelined hierarchy: each level's time is latency per message plus its bytes over
+// the slowest link of its ring (shared by `sharers` ranks of a host); pipelined over `pieces`, the slowest
+// level sets the pace and the others add their share of one piece (fill and drain). bytes[l] is what a rank
+// of level l sends in the whole operation, messages[l] how many messages it sends. Every group of a level
+// counts, so the time is the same on every rank.
+double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vector<double>& bytes,
+                         const std::vector<double>& messages, double pieces);
+
+// Hierarchical all-gather or reduce-scatter of blockBytes per rank, cut into pieces: a level with n members,
+// each holding a set of as many blocks as the levels above have members together, sends n-1 sets.
+double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces);
+
+// Pieces of a pipelined hierarchical plan: about two chunks each, so the top level's messages stay a useful
+// size; at most `most`.
+size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most);
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,192 @@
+// Hierarchical reduce: the hierarchical broadcast run backwards. Each host sums into its lead (the rank with the
+// root's place on the host) along a chain through the host; the leads of each island reduce-scatter the buffer
+// over their fast fabric, so the lead of host place h holds the island's sum of share h; share h then flows
+// through the islands along a chain of the leads at host place h, each adding its island's sum, so every host
+// of an island carries 1/m of the buffer over the slow fabric at once; last, the root's island's leads hand
+// their finished shares to the root.
+//
+// Leads keep their partial sums in scratch (the receive buffer is only the root's, as in NCCL), and so do the
+// other ranks of a host chain; every share is cut into chunks that flow through the stages on their own.
+#include <algorithm>
+#include <functional>
+
+#include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+constexpr size_t kChainStageSlots = 16;
+
+// Partial sums flow along `chain` (this rank at pos) to its last member: the first sends own(c), every other
+// member adds own(c) to what it receives into acc(c) (which may be own's bytes) and passes that on. own(c) may
+// be read after ownReady[c]; received chunks wait in staging slots at stageBase. Returns per chunk the step that
+// left acc(c) final (the sum of this rank and those before it).
+std::vector<uint32_t> emitChainReduce(Schedule& s, const std::vector<int>& chain, int pos, size_t chunks,
+                                      const std::function<Slice(size_t)>& own,
+                                      const std::function<Slice(size_t)>& acc, const std::vector<uint32_t>& ownReady,
+                                      size_t stageBase, size_t slotBytes, uint32_t tagBase) {
+  const int n = static_cast<int>(chain.size());
+  const size_t slots = std::min(chunks, kChainStageSlots);
+  std::vector<uint32_t> done(chunks);
+  for (size_t c = 0; c < chunks; ++c) {
+    const uint32_t tag = tagBase + static_cast<uint32_t>(c);
+    if (pos == 0) {
+      done[c] = s.send(chain[1], tag, own(c));
+      s.steps[done[c]].dependOn(ownReady[c]);
+      continue;
+    }
+    const Slice mine = own(c);
+    const Slice stage{Buf::kScratch, stageBase + (c % slots) * slotBytes, mine.bytes};
+    const uint32_t rcv = s.recv(chain[pos - 1], tag, stage);
+    if (c >= slots) s.steps[rcv].dependOn(done[c - slots]);  // the slot's previous chunk is reduced
+    const uint32_t red = s.reduce(acc(c), mine, stage);
+    s.steps[red].dependOn(rcv);
+    s.steps[red].dependOn(ownReady[c]);
+    done[c] = red;
+    if (pos + 1 < n) s.steps[s.send(chain[pos + 1], tag, acc(c))].dependOn(red);
+  }
+  return done;
+}
+
+size_t chainStageBytes(size_t chunks, size_t slotBytes) { return std::min(chunks, kChainStageSlots) * slotBytes; }
+
+class HierReduce final : public Algorithm {
+ public:
+  std::string_view name() const override { return "hier"; }
+  bool supports(const Args& a, const GroupView& g) const override {
+    return a.kind == CollKind::kReduce && g.nranks > 2 && hierarchyOf(g).has_value();
+  }
+
+  // The broadcast's stages, the same bytes in the other direction.
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return 1e30;
+    const RootedPaths paths = rootedPaths(*h, a.root);
+    const int m = h->size[1];
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    const double pieces = static_cast<double>(Shares(a.count, m, kernels::sizeOf(a.dtype), g.chunkBytes).ch.nchunks);
+    std::vector<StageCost> stages;
+    auto add = [&](StageCost c, double b, double msgs) {
+      c.bytes = b;
+      c.messages = msgs;
+      stages.push_back(c);
+    };
+    if (m > 1) {
+      std::vector<std::vector<int>> toRoot;
+      for (int lead : paths.scatter)
+        if (lead != a.root) toRoot.push_back({lead, a.root});
+      add(pathsCost(g, toRoot, false), bytes * (m - 1) / m, (m - 1) * pieces);
+      add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
+    }
+    if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
+    if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
+    return pipelinedStagesUs(stages, pieces);
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype);
+    const RootedPaths paths = rootedPaths(*h, a.root);
+    const int m = h->size[1];
+    const Shares shares(a.count, m, esz, g.chunkBytes);
+    const size_t P = shares.ch.nchunks, slotBytes = shares.ch.per * esz;
+    const bool isRoot = g.rank == a.root;
+    const auto [host, hostPos] = findIn(paths.hostChains, g.rank);
+    const bool lead = hostPos == 0;
+    // Partial sums (chunk p of share sh at its place in the buffer) at the start of scratch, staging after them.
+    auto partial = [&](int sh, size_t p) { return shares.at(Buf::kScratch, sh, p); };
+    size_t stageBase = a.count * esz;
+    // ready[sh][p]: the step after which partial(sh, p) holds this stage's sum.
+    std::vector<std::vector<uint32_t>> ready(m, std::vector<uint32_t>(P));
+    uint32_t tag = 0;
+
+    // 1. Each host sums into its lead (lead last in the chain); a host of one rank copies its input.
+    std::vector<int> hostChain = paths.hostChains[host];
+    std::reverse(hostChain.begin(), hostChain.end());
+    // Chunk c of the chain is chunk c % P of share c / P: every share's chunks share the staging slots.
+    if (hostChain.size() == 1) {
+      for (int sh = 0; sh < m; ++sh)
+        for (size_t p = 0; p < P; ++p) ready[sh][p] = s.copy(partial(sh, p), shares.at(Buf::kSend, sh, p));
+    } else {
+      const std::vector<uint32_t> noWait(m * P, joinSteps(s, {}));
+      const std::vector<uint32_t> done = emitChainReduce(
+          s, hostChain, static_cast<int>(hostChain.size()) - 1 - hostPos, m * P,
+          [&](size_t c) { return shares.at(Buf::kSend, static_cast<int>(c / P), c % P); },
+          [&](size_t c) { return partial(static_cast<int>(c / P), c % P); }, noWait, stageBase, slotBytes, tag);
+      for (size_t c = 0; c < m * P; ++c) ready[c / P][c % P] = done[c];
+    }
+    stageBase += chainStageBytes(m * P, slotBytes);
+    tag += static_cast<uint32_t>(m * P);
+    if (!lead) {
+      s.scratchBytes = stageBase;
+      return s;
+    }
+
+    // 2. The leads of each island reduce-scatter: host place hp ends with the island's sum of share hp.
+    const auto [island, hp] = findIn(paths.islandRings, g.rank);
+    if (m > 1) {
+      Ring ring(g, paths.islandRings[island], hp, P, shares.ch.per, a.dtype);
+      auto at = [&](int b, size_t p) { return partial(b, p); };
+      auto acc = [&](int, int b, size_t p) { return partial(b, p); };
+      auto out = [&](size_t p) { return partial(hp, p); };
+      std::vector<uint32_t> inputReady(P);
+      for (size_t p = 0; p < P; ++p) {
+        std::vector<uint32_t> all;
+        for (int b = 0; b < m; ++b) all.push_back(ready[b][p]);
+        inputReady[p] = joinSteps(s, all);
+      }
+      ready[hp] = emitRingReduceScatter(s, ring, at, acc, out, stageBase, tag, inputReady, false).done;
+      stageBase += ringStageBytes(ring);
+    }
+    tag += static_cast<uint32_t>((m - 1) * P);
+
+    // 3. Share hp flows through the islands to the root's island, each island's lead adding its sum.
+    if (h->size[2] > 1) {
+      std::vector<int> chain = paths.crossChains[hp];
+      std::reverse(chain.begin(), chain.end());
+      const int pos = findIn({chain}, g.rank).second;
+      auto mine = [&](size_t p) { return partial(hp, p); };
+      ready[hp] = emitChainReduce(s, chain, pos, P, mine, mine, ready[hp], stageBase, slotBytes, tag);
+      stageBase += chainStageBytes(P, slotBytes);
+    }
+    tag += static_cast<uint32_t>(P);
+
+    // 4. The root's island's leads hand their shares to the root, which keeps its own.
+    const bool rootIsland = island == findIn(paths.islandRings, a.root).first;
+    for (size_t p = 0; rootIsland && p < P; ++p)
+      for (int sh = 0; sh < m; ++sh) {
+        const uint32_t t = tag + static_cast<uint32_t>(sh * P + p);
+        if (!isRoot) {
+          if (sh == hp) s.steps[s.send(a.root, t, partial(sh, p))].dependOn(ready[sh][p]);
+          continue;
+        }
+        uint32_t got;
+        if (sh == hp) {
+          got = s.copy(shares.at(Buf::kRecv, sh, p), partial(sh, p));
+        } else {
+          got = s.recv(paths.scatter[sh], t, shares.at(Buf::kRecv, sh, p));
+        }
+        // Own share: once it is final. Others: in place the receive buffer is the input, read in step 1 first.
+        s.steps[got].dependOn(ready[sh][p]);
+        if (a.op == kernels::RedOp::kAvg) s.steps[s.divide(shares.at(Buf::kRecv, sh, p))].dependOn(got);
+      }
+    s.scratchBytes = stageBase;
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& hierReduce() {
+  static const HierReduce algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll

@@ -1,0 +1,96 @@
+// Hierarchical reduce-scatter: the all-gather's levels in reverse. Within each host first (shared memory, where
+// the whole buffer is reduced), the rank at place j ends with the host's sum of the blocks of every rank at place
+// j; within each island next, the rank on host h ends with the island's sum of the blocks of the ranks (i', h, j)
+// for every island i'; across islands last, each rank swaps only those, one block per island, so every host of
+// an island carries its share over the slow fabric at once.
+//
+// Partial sums live in scratch laid out like the input (rank q's block at q * bytes): a level reads there what
+// the level below left and adds into the same place. Each block is cut into pieces that flow up on their own.
+#include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll {
+namespace {
+
+constexpr size_t kMaxPieces = 16;
+
+class HierReduceScatter final : public Algorithm {
+ public:
+  std::string_view name() const override { return "hier"; }
+  bool supports(const Args& a, const GroupView& g) const override {
+    return a.kind == CollKind::kReduceScatter && g.nranks > 2 && hierarchyOf(g).has_value();
+  }
+
+  double estimateUs(const Args& a, const GroupView& g) const override {
+    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces);
+  }
+
+  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
+    auto h = hierarchyOf(g);
+    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+    Schedule s;
+    s.dtype = a.dtype;
+    s.op = a.op;
+    s.nranks = g.nranks;
+    const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+    const size_t S = piecesFor(bytes, g.chunkBytes, kMaxPieces);
+    const Blocks piece = evenBlocks(a.count, static_cast<int>(S));
+    const size_t L = h->levels.size();
+
+    // Scratch: partial sums at q * bytes, then each level's staging slots.
+    size_t stageBase = g.nranks * bytes;
+    // done[q][p]: the step that left this rank's partial sum of piece p of rank q's block final for the level.
+    std::vector<std::vector<uint32_t>> done(g.nranks);
+    uint32_t tag = 0;
+    for (size_t l = 0; l < L; ++l) {
+      const Level& lv = h->levels[l];
+      const int n = static_cast<int>(lv.members.size());
+      const bool first = l == 0, last = l + 1 == L;
+      std::vector<std::vector<int>> sets(n);
+      for (int b = 0; b < n; ++b) sets[b] = h->blockRanks(lv.dim, b);
+      const size_t chunks = sets[0].size() * S;
+      Ring ring(g, lv.members, lv.index, chunks, piece.maxCount, a.dtype);
+      auto at = [&](Buf buf, int b, size_t c) {
+        const size_t p = c % S;
+        return Slice{buf, sets[b][c / S] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
+      };
+      auto in = [&](int b, size_t c) { return at(first ? Buf::kSend : Buf::kScratch, b, c); };
+      auto acc = [&](int, int b, size_t c) { return at(Buf::kScratch, b, c); };
+      auto out = [&](size_t c) {
+        if (!last) return at(Buf::kScratch, lv.index, c);
+        const size_t p = c % S;  // the top level's set is this rank alone
+        return Slice{Buf::kRecv, piece.offset[p] * esz, piece.count[p] * esz};
+      };
+      // Chunk c of every member's set must be final at the level below before this level reads it.
+      std::vector<uint32_t> inputReady;
+      if (!first) {
+        inputReady.resize(chunks);
+        for (size_t c = 0; c < chunks; ++c) {
+          std::vector<uint32_t> below;
+          for (int b = 0; b < n; ++b) below.push_back(done[sets[b][c / S]][c % S]);
+          inputReady[c] = joinSteps(s, below);
+        }
+      }
+      const ReduceScatterSteps rs = emitRingReduceScatter(s, ring, in, acc, out, stageBase, tag, inputReady, last);
+      stageBase += ringStageBytes(ring);
+      tag += static_cast<uint32_t>((n - 1) * chunks);
+      for (size_t c = 0; c < chunks; ++c) {
+        auto& d = done[sets[lv.index][c / S]];
+        if (d.empty()) d.resize(S);
+        d[c % S] = rs.done[c];
+      }
+    }
+    s.scratchBytes = stageBase;
+    return s;
+  }
+};
+
+}  // namespace
+
+const Algorithm& hierReduceScatter() {
+  static const HierReduceScatter algo;
+  return algo;
+}
+
+}  // namespace hetcomm::coll
