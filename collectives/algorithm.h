@@ -32,6 +32,10 @@ struct Selection {
 };
 Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced);
 
+// A buffer of `bytes` pipelined in chunkBytes chunks along `chain` (group ranks, the source first): every hop
+// adds its time for one chunk to the first chunk's arrival, and the slowest hop paces the rest.
+double pipelinedChainUs(const GroupView& g, const std::vector<int>& chain, double bytes);
+
 // Element blocks of count split n ways as evenly as possible (the first count % n blocks get one more).
 struct Blocks {
   std::vector<size_t> offset, count;  // elements

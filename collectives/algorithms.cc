@@ -1,6 +1,7 @@
 // algorithms.cc: the explicit table of algorithms (no self-registration: static libraries drop it) and
 // selection by estimated time.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "collectives/algorithm_list.h"
@@ -37,6 +38,18 @@ Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std:
                            forced.data());
   if (!best.algo) return internalError("no algorithm supports %s", args.describe().c_str());
   return best;
+}
+
+double pipelinedChainUs(const GroupView& g, const std::vector<int>& chain, double bytes) {
+  const double chunks = std::max(1.0, std::ceil(bytes / static_cast<double>(g.chunkBytes)));
+  const double chunk = bytes / chunks;
+  double fill = 0, slowest = 0;
+  for (size_t i = 0; i + 1 < chain.size(); ++i) {
+    const double hop = g.alphaUs(chain[i], chain[i + 1]) + chunk / (g.bwGBps(chain[i], chain[i + 1]) * 1e3);
+    fill += hop;
+    slowest = std::max(slowest, hop);
+  }
+  return fill + (chunks - 1) * slowest;
 }
 
 Blocks evenBlocks(size_t count, int n) {

@@ -49,27 +49,28 @@ class HierAllGather final : public Algorithm {
       const int n = static_cast<int>(lv.members.size());
       std::vector<std::vector<int>> sets(n);
       for (int b = 0; b < n; ++b) sets[b] = h->blockRanks(lv.dim, b);
-      // Chunk c of member b's set: piece c % S of the block of rank sets[b][c / S].
-      const size_t chunks = sets[0].size() * S;
+      // Chunk c of member b's set: piece c / nb of the block of rank sets[b][c % nb]. Piece-major, so that every
+      // level finishes its first pieces first and the next level can start on them.
+      const size_t nb = sets[0].size(), chunks = nb * S;
       Ring ring(g, lv.members, lv.index, chunks, piece.maxCount, a.dtype);
       auto at = [&](int b, size_t c) {
-        const size_t p = c % S;
-        return Slice{Buf::kRecv, sets[b][c / S] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
+        const size_t p = c / nb;
+        return Slice{Buf::kRecv, sets[b][c % nb] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
       };
       auto own = [&](int b, size_t c) {
-        const size_t p = c % S;
-        if (sets[b][c / S] == g.rank) return Slice{Buf::kSend, piece.offset[p] * esz, piece.count[p] * esz};
+        const size_t p = c / nb;
+        if (sets[b][c % nb] == g.rank) return Slice{Buf::kSend, piece.offset[p] * esz, piece.count[p] * esz};
         return at(b, c);
       };
       std::vector<uint32_t> ownReady(chunks);
-      for (size_t c = 0; c < chunks; ++c) ownReady[c] = ready[sets[lv.index][c / S]][c % S];
+      for (size_t c = 0; c < chunks; ++c) ownReady[c] = ready[sets[lv.index][c % nb]][c / nb];
       const std::vector<uint32_t> done = emitRingAllGather(s, ring, at, own, ownReady, {}, tag);
       tag += static_cast<uint32_t>((n - 1) * chunks);
       for (int b = 0; b < n; ++b)
         for (size_t c = 0; c < chunks; ++c) {
-          auto& r = ready[sets[b][c / S]];
+          auto& r = ready[sets[b][c % nb]];
           if (r.empty()) r.resize(S);
-          r[c % S] = done[c];
+          r[c / nb] = done[c];
         }
     }
     return s;

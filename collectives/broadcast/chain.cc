@@ -13,11 +13,8 @@ class ChainBroadcast final : public Algorithm {
   std::string_view name() const override { return "chain"; }
   bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kBroadcast; }
   double estimateUs(const Args& a, const GroupView& g) const override {
-    const std::vector<int> chain = g.nicAwareChain(a.root);
-    const double alphaUs = g.ringAlphaUs(chain), bwGBps = g.ringBwGBps(chain);
-    double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    double chunks = std::max(1.0, bytes / static_cast<double>(g.chunkBytes));
-    return (g.nranks - 2 + chunks) * (alphaUs + bytes / chunks / (bwGBps * 1e3));
+    std::vector<int> chain = g.nicAwareChain(a.root);
+    return pipelinedChainUs(g, chain, static_cast<double>(a.count * kernels::sizeOf(a.dtype)));
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

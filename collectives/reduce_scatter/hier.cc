@@ -49,17 +49,19 @@ class HierReduceScatter final : public Algorithm {
       const bool first = l == 0, last = l + 1 == L;
       std::vector<std::vector<int>> sets(n);
       for (int b = 0; b < n; ++b) sets[b] = h->blockRanks(lv.dim, b);
-      const size_t chunks = sets[0].size() * S;
+      // Chunk c of member b's set: piece c / nb of the block of rank sets[b][c % nb]. Piece-major, so that every
+      // level finishes its first pieces first and the next level can start on them.
+      const size_t nb = sets[0].size(), chunks = nb * S;
       Ring ring(g, lv.members, lv.index, chunks, piece.maxCount, a.dtype);
       auto at = [&](Buf buf, int b, size_t c) {
-        const size_t p = c % S;
-        return Slice{buf, sets[b][c / S] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
+        const size_t p = c / nb;
+        return Slice{buf, sets[b][c % nb] * bytes + piece.offset[p] * esz, piece.count[p] * esz};
       };
       auto in = [&](int b, size_t c) { return at(first ? Buf::kSend : Buf::kScratch, b, c); };
       auto acc = [&](int, int b, size_t c) { return at(Buf::kScratch, b, c); };
       auto out = [&](size_t c) {
         if (!last) return at(Buf::kScratch, lv.index, c);
-        const size_t p = c % S;  // the top level's set is this rank alone
+        const size_t p = c / nb;  // the top level's set is this rank alone
         return Slice{Buf::kRecv, piece.offset[p] * esz, piece.count[p] * esz};
       };
       // Chunk c of every member's set must be final at the level below before this level reads it.
@@ -68,7 +70,7 @@ class HierReduceScatter final : public Algorithm {
         inputReady.resize(chunks);
         for (size_t c = 0; c < chunks; ++c) {
           std::vector<uint32_t> below;
-          for (int b = 0; b < n; ++b) below.push_back(done[sets[b][c / S]][c % S]);
+          for (int b = 0; b < n; ++b) below.push_back(done[sets[b][c % nb]][c / nb]);
           inputReady[c] = joinSteps(s, below);
         }
       }
@@ -76,9 +78,9 @@ class HierReduceScatter final : public Algorithm {
       stageBase += ringStageBytes(ring);
       tag += static_cast<uint32_t>((n - 1) * chunks);
       for (size_t c = 0; c < chunks; ++c) {
-        auto& d = done[sets[lv.index][c / S]];
+        auto& d = done[sets[lv.index][c % nb]];
         if (d.empty()) d.resize(S);
-        d[c % S] = rs.done[c];
+        d[c / nb] = rs.done[c];
       }
     }
     s.scratchBytes = stageBase;

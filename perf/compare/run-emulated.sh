@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Heterogeneity benchmark (issue 5): allreduce on an emulated mixed-NIC cluster (scripts/emulate-cluster.sh), hetcomm's
 # automatic choice (hierarchical on mixed-4x2) against a flat ring in rank order (HETCOMM_ALGO=ring) and against
-# Gloo's ring allreduce run inside the same network namespaces, measured alternately in one run.
+# Gloo's ring allreduce run inside the same network namespaces, measured alternately in one run. With --coll, the
+# same for allgather, reducescatter (against the flat ring), broadcast or reduce (against the flat chain); Gloo
+# only runs for allreduce.
 #
 # Each round runs, in this order:
-#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b 1M -e 64M -f 64 -c 0 -n ITERS -w WARMUP
-#   ring   the same with -x HETCOMM_ALGO=ring
+#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b 1M -e 64M -f 64 -c 0 -n ITERS -w WARMUP -a 3
+#   ring   the same with -x HETCOMM_ALGO=ring (chain for broadcast and reduce)
 #   gloo   gloo_allreduce --algo ring, one process per rank inside its host's namespace (ip netns exec), bound to
 #          the host's address on the one fabric every host shares (Gloo's TCP device uses one interface)
 # busbw is recomputed from the time column (us), which has more digits than the GB/s ones at these rates.
 # Prints median (min-max) busbw, the algorithm and predicted time per row, the ratios, and the best-schedule
-# bound derived from the link rates (perf/README.md explains it): cuts of the cluster (each host, each island of
-# hosts joined by RDMA fabrics) each carry at least the whole buffer each way, so time >= bytes / slowest cut.
+# bound derived from the link rates (perf/README.md explains it; allreduce only): cuts of the cluster (each host,
+# each island of hosts joined by RDMA fabrics) each carry at least the whole buffer each way, so time >= bytes /
+# slowest cut. busbw follows nccl-tests: allreduce bytes/time * 2(n-1)/n, allgather and reducescatter (n-1)/n,
+# broadcast and reduce 1 (sizes are the whole buffer, as in nccl-tests). hetcomm is timed by its slowest rank
+# (-a 3): that is when the collective is done, what the cost model predicts (a broadcast's root, or an island
+# with faster links, is done well before the last rank).
 #
-# Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--rounds 3] [--iters 3] [--warmup 1]
+# Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--coll allreduce] [--rounds 3]
+#                                     [--iters 3] [--warmup 1]
 #                                     [--no-gloo] [--keep-up] [--json FILE] [--timeout 900]
 # Needs root (network namespaces); brings the cluster up if it is not, and down again unless --keep-up or it was
 # already up.
@@ -31,6 +38,7 @@ JSON_OUT=""
 TIMEOUT_S=900
 BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 SIZES="1048576,67108864"
+COLL=allreduce
 
 die() { echo "run-emulated: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
@@ -41,6 +49,7 @@ usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --cluster) CLUSTER=${2:?}; shift 2 ;;
+    --coll) COLL=${2:?}; shift 2 ;;
     --rounds) ROUNDS=${2:?}; shift 2 ;;
     --iters) ITERS=${2:?}; shift 2 ;;
     --warmup) WARMUP=${2:?}; shift 2 ;;
@@ -54,10 +63,18 @@ while [[ $# -gt 0 ]]; do
 done
 for v in ROUNDS ITERS TIMEOUT_S; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"; done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
+case $COLL in
+  allreduce) PERF=all_reduce_perf FLAT=ring ;;
+  allgather) PERF=all_gather_perf FLAT=ring RUN_GLOO=0 ;;
+  reducescatter) PERF=reduce_scatter_perf FLAT=ring RUN_GLOO=0 ;;
+  broadcast) PERF=broadcast_perf FLAT=chain RUN_GLOO=0 ;;
+  reduce) PERF=reduce_perf FLAT=chain RUN_GLOO=0 ;;
+  *) die "--coll must be allreduce, allgather, reducescatter, broadcast or reduce (got '$COLL')" ;;
+esac
 [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
 [[ -r $CLUSTER ]] || die "no cluster file $CLUSTER"
 RUN=$BUILD/bin/hetcomm-run
-for b in "$RUN" "$BUILD/bin/all_reduce_perf"; do [[ -x $b ]] || die "missing $b (build first)"; done
+for b in "$RUN" "$BUILD/bin/$PERF"; do [[ -x $b ]] || die "missing $b (build first)"; done
 EMULATE=$REPO_ROOT/scripts/emulate-cluster.sh
 NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
 STATE=/run/hetcomm-emulate/$NAME.json
@@ -142,13 +159,13 @@ run_gloo() {  # LOG
 
 echo "run-emulated: cluster $NAME ($NRANKS ranks), $ROUNDS rounds; logs in $LOG_DIR" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
-  for peer in auto ring gloo; do
+  for peer in auto "$FLAT" gloo; do
     log=$LOG_DIR/$peer.round$r.log
     case $peer in
-      auto) run_logged "$log" "$RUN" --cluster "$CLUSTER" "$BUILD/bin/all_reduce_perf" -b 1M -e 64M -f 64 -c 0 \
-              -n "$ITERS" -w "$WARMUP" ;;
-      ring) run_logged "$log" "$RUN" --cluster "$CLUSTER" -x HETCOMM_ALGO=ring "$BUILD/bin/all_reduce_perf" -b 1M \
-              -e 64M -f 64 -c 0 -n "$ITERS" -w "$WARMUP" ;;
+      auto) run_logged "$log" "$RUN" --cluster "$CLUSTER" "$BUILD/bin/$PERF" -b 1M -e 64M -f 64 -c 0 \
+              -n "$ITERS" -w "$WARMUP" -a 3 ;;
+      "$FLAT") run_logged "$log" "$RUN" --cluster "$CLUSTER" -x HETCOMM_ALGO="$FLAT" "$BUILD/bin/$PERF" -b 1M \
+              -e 64M -f 64 -c 0 -n "$ITERS" -w "$WARMUP" -a 3 ;;
       gloo) [[ $RUN_GLOO -eq 1 ]] || continue; run_gloo "$log" ;;
     esac
     rows "$peer" "$r" "$log"
@@ -156,9 +173,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
   done
 done
 
-python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" <<'PY'
+python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$COLL" "$FLAT" <<'PY'
 import json, statistics, sys, time
-samples, state, json_out, rounds, iters, warmup, log_dir = sys.argv[1:8]
+samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat = sys.argv[1:10]
 s = json.load(open(state))
 hosts = s["hosts"]
 n = len(hosts) * s["ranksPerHost"]
@@ -202,14 +219,14 @@ for line in open(samples):
     d["algo"].add(algo)
     if pred != "nan":
         d["pred"].append(float(pred))
-busf = 2.0 * (n - 1) / n
+busf = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n}.get(coll, 1.0)
 def busbw(size, t_us):
     return size / (t_us * 1e-6) / 1e9 * busf
-print(f"\nallreduce float32 sum on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
-      f"island(s)); busbw GB/s = bytes/time * 2(n-1)/n, median (min-max) of {rounds} rounds of {iters} iterations")
+print(f"\n{coll} float32 on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
+      f"island(s)); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations")
 print(f"{'peer':<8}{'size':>10}{'busbw':>28}{'time (us)':>14}{'algorithm':>11}{'predicted (us)':>16}{'pred/meas':>11}")
 summary = {}
-for peer in ("auto", "ring", "gloo"):
+for peer in ("auto", flat, "gloo"):
     for size, d in sorted(data.get(peer, {}).items()):
         bws = [busbw(size, t) for t in d["t"]]
         tm = statistics.median(d["t"])
@@ -222,24 +239,26 @@ for peer in ("auto", "ring", "gloo"):
               f"{tm:>14.0f}{','.join(sorted(d['algo'])):>11}{(f'{pred:.0f}' if pred else '-'):>16}"
               f"{(f'{pred / tm:.3f}' if pred else '-'):>11}")
 big = max(data["auto"])
-bound_t = big / cut_bytes_per_s
-bound_bw = busbw(big, bound_t * 1e6)
-print(f"\nbest-schedule bound at {big >> 20} MiB: the slowest cut is {slowest[0]} ({cut_mbps(slowest[1])} Mbit/s each "
-      f"way): time >= {bound_t:.3f} s, busbw <= {bound_bw:.4f} GB/s")
 ratios = {}
 a = summary["auto"][big]["busbw_median"]
-ratios["auto/ring"] = a / summary["ring"][big]["busbw_median"]
-ratios["auto/bound"] = a / bound_bw
+ratios[f"auto/{flat}"] = a / summary[flat][big]["busbw_median"]
+bound = None
+if coll == "allreduce":
+    bound_t = big / cut_bytes_per_s
+    bound_bw = busbw(big, bound_t * 1e6)
+    bound = {"cut": slowest[0], "cut_mbps": cut_mbps(slowest[1]), "time_s": bound_t, "busbw": bound_bw}
+    print(f"\nbest-schedule bound at {big >> 20} MiB: the slowest cut is {slowest[0]} ({cut_mbps(slowest[1])} Mbit/s "
+          f"each way): time >= {bound_t:.3f} s, busbw <= {bound_bw:.4f} GB/s")
+    ratios["auto/bound"] = a / bound_bw
 if "gloo" in summary:
     ratios["auto/gloo"] = a / summary["gloo"][big]["busbw_median"]
 for k, v in ratios.items():
     print(f"ratio {k} at {big >> 20} MiB: {v:.3f}")
 if json_out:
     with open(json_out, "w") as f:
-        json.dump({"cluster": s["name"], "nranks": n, "rounds": int(rounds), "iters": int(iters),
-                   "warmup": int(warmup), "logs": log_dir, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                   "bound": {"cut": slowest[0], "cut_mbps": cut_mbps(slowest[1]), "time_s": bound_t,
-                             "busbw": bound_bw},
+        json.dump({"cluster": s["name"], "collective": coll, "nranks": n, "rounds": int(rounds),
+                   "iters": int(iters), "warmup": int(warmup), "logs": log_dir,
+                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bound": bound,
                    "results": {p: {str(k): v for k, v in d.items()} for p, d in summary.items()},
                    "ratios": ratios}, f, indent=2)
         f.write("\n")

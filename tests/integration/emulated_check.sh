@@ -74,15 +74,20 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
 fi
 
 # coll_check on a cluster: every collective correct (the output's tail on failure).
-coll_check_on() {  # cluster file, description
-  local out rc
-  out=$("$bin/hetcomm-run" --cluster "$1" "$bin/coll_check" 2>&1)
+coll_check_on() {  # cluster file, description, hetcomm-run options...
+  local out rc cluster=$1 what=$2
+  shift 2
+  out=$("$bin/hetcomm-run" --cluster "$cluster" "$@" "$bin/coll_check" 2>&1)
   rc=$?
   [ $rc -eq 0 ] && grep -qE "coll_check on 4 ranks: [0-9]+ passed, 0 failed" <<<"$out"
-  check "$2" $?
+  check "$what" $?
   [ $rc -eq 0 ] || tail -20 <<<"$out"
 }
 coll_check_on "$tmp/cluster.json" "every collective is correct on the emulated cluster"
+# Small buffers pick flat algorithms; force the hierarchical ones (allreduce, allgather, reduce-scatter,
+# broadcast, reduce; the others keep theirs) so that each runs over real links.
+coll_check_on "$tmp/cluster.json" "every hierarchical collective is correct on the emulated cluster" \
+  -x HETCOMM_ALGO=hier
 
 for algo in hier ring; do
   out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" -x HETCOMM_ALGO=$algo "$bin/all_reduce_perf" -b 1K -e 1M \
@@ -93,6 +98,10 @@ for algo in hier ring; do
 done
 out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/all_reduce_perf" -b 4M -e 4M -n 1 -w 0 -c 1 2>&1)
 grep -qE "^\[0\] +4194304 .* hier +[0-9.]+$" <<<"$out"; check "the cost model picks hier at 4 MiB" $?
+for coll in all_gather reduce_scatter broadcast reduce; do
+  out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" "$bin/${coll}_perf" -b 4M -e 4M -n 1 -w 0 -c 1 2>&1)
+  grep -qE "^\[0\] +4194304 .* hier +[0-9.]+$" <<<"$out"; check "the cost model picks hier for $coll at 4 MiB" $?
+done
 
 "$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; check "emulate-cluster down" $?
 
