@@ -690,6 +690,19 @@ hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, cha
   });
 }
 
+hetcommResult_t hetcommCommRankPlacement(const hetcommComm_t comm, int rank, int* host, int* island) {
+  return guard("hetcommCommRankPlacement", [&]() -> Status {
+    HC_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    if (c->state() != Communicator::kReady && c->state() != Communicator::kFinalized)
+      return hetcomm::invalidUsage("the communicator is not initialized yet");
+    if (rank < 0 || rank >= c->nranks())
+      return hetcomm::invalidArgument("rank %d: must be a rank of the communicator, in [0, %d)", rank, c->nranks());
+    if (host) *host = c->hostOf(rank);
+    if (island) *island = c->islandOf(rank);
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
                                  hetcommRedOp_t op, hetcommComm_t comm, hetcommStream_t stream) {
   return guard("hetcommAllReduce", [&] {

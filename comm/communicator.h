@@ -73,6 +73,10 @@ class Communicator {
     return coll::selectAlgorithm(args, group_, forcedAlgo_);
   }
 
+  // Where rank r runs: its host and island, numbered densely from 0 (after init).
+  int hostOf(int r) const { return group_.hostOf(r); }
+  int islandOf(int r) const { return group_.islandOf(r); }
+
   // The transport chosen for a peer and why (after init).
   const PairChoice& transportTo(int peer) const { return choices_[peer]; }
 

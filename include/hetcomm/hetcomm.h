@@ -155,6 +155,10 @@ HETCOMM_API hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, he
                                                     double* predictedUs);
 HETCOMM_API hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen,
                                                      char* reason, size_t reasonLen);
+/* hetcomm extension: where a rank of comm runs, from the topology: its host and its island (hosts joined by one
+ * fast fabric), each numbered densely from 0, the same on every rank. For placing work: tensor-parallel groups
+ * within a host, data-parallel groups within an island. Either output may be NULL. */
+HETCOMM_API hetcommResult_t hetcommCommRankPlacement(const hetcommComm_t comm, int rank, int* host, int* island);
 
 /* ---- collectives (in place when sendbuff == recvbuff, or as noted) ---- */
 HETCOMM_API hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count,

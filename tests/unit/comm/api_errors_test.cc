@@ -62,6 +62,24 @@ hetcommUniqueId ApiErrors::id_;
 
 // ---- NULL buffers ----
 
+// ---- placement ----
+
+TEST_F(ApiErrors, RankPlacementOfBothRanksOfOneProcessIsOneHost) {
+  int host = -1, island = -1;
+  for (int r = 0; r < 2; ++r) {
+    HC_ASSERT_OK(hetcommCommRankPlacement(c1(), r, &host, &island));
+    EXPECT_EQ(host, 0);
+    EXPECT_EQ(island, 0);
+  }
+  HC_ASSERT_OK(hetcommCommRankPlacement(c0(), 1, nullptr, nullptr));  // outputs may be NULL
+}
+
+TEST_F(ApiErrors, RankPlacementOfARankOutOfRange) {
+  int host = 0;
+  expectError(hetcommCommRankPlacement(c0(), 2, &host, nullptr), hetcommInvalidArgument, "rank 2");
+  expectError(hetcommCommRankPlacement(c0(), -1, &host, nullptr), hetcommInvalidArgument, "in [0, 2)");
+}
+
 TEST_F(ApiErrors, AllReduceNullSendbuff) {
   expectError(hetcommAllReduce(nullptr, buf_, 4, hetcommFloat32, hetcommSum, c0(), nullptr), hetcommInvalidArgument,
               "sendbuff is NULL");
