@@ -116,6 +116,31 @@ RootedPaths rootedPaths(const Hierarchy& h, int root) {
   return p;
 }
 
+double rootedHierUs(const Args& a, const GroupView& g, bool toRoot) {
+  auto h = hierarchyOf(g);
+  if (!h) return 1e30;
+  const RootedPaths paths = rootedPaths(*h, a.root);
+  const int m = h->size[1];
+  const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+  const double pieces = static_cast<double>(Shares(a.count, m, kernels::sizeOf(a.dtype), g.chunkBytes).ch.nchunks);
+  std::vector<StageCost> stages;
+  auto add = [&](StageCost c, double b, double msgs) {
+    c.bytes = b;
+    c.messages = msgs;
+    stages.push_back(c);
+  };
+  if (m > 1) {
+    std::vector<std::vector<int>> rootLinks;
+    for (int lead : paths.scatter)
+      if (lead != a.root) rootLinks.push_back(toRoot ? std::vector<int>{lead, a.root} : std::vector<int>{a.root, lead});
+    add(pathsCost(g, rootLinks, false), bytes * (m - 1) / m, (m - 1) * pieces);
+    add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
+  }
+  if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
+  if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
+  return pipelinedStagesUs(stages, pieces);
+}
+
 std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank) {
   for (size_t i = 0; i < paths.size(); ++i)
     for (size_t j = 0; j < paths[i].size(); ++j)

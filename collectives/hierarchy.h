@@ -64,6 +64,10 @@ struct Shares {
 };
 
 RootedPaths rootedPaths(const Hierarchy& h, int root);
+// The time of a hierarchical broadcast (toRoot false) or reduce (true), from the stages of rootedPaths: the
+// root's island scatters (gathers) the shares, its ring all-gathers (reduce-scatters) them, share h crosses the
+// islands along host place h's chain, and each host passes the whole buffer along its ranks.
+double rootedHierUs(const Args& a, const GroupView& g, bool toRoot);
 // This rank's place in whichever of `paths` holds it: {path index, position}, or {-1, -1}.
 std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank);
 

@@ -13,14 +13,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "trainer/json_input.h"
+
 namespace hetcomm::trainer {
 namespace {
 
 using nlohmann::json;
-
-Error keyError(const std::string& source, const std::string& key, std::string detail) {
-  return Error{.source = source, .field = "key '" + key + "'", .detail = std::move(detail)};
-}
 
 // Shortest round-tripping text of a number for messages ("0.1", not "0.100000").
 std::string num(double v) { return json(v).dump(); }
@@ -37,7 +35,7 @@ class ObjectReader {
   void integer(const char* key, Int& out) {
     const json* v = find(key);
     if (!v) return;
-    if (!v->is_number_integer()) return fail(key, "must be an integer, got " + describe(*v));
+    if (!v->is_number_integer()) return fail(key, "must be an integer, got " + describeJson(*v));
     if constexpr (std::is_unsigned_v<Int>) {
       if (!v->is_number_unsigned()) return fail(key, "must be a non-negative integer, got " + v->dump());
       uint64_t x = v->get<uint64_t>();
@@ -57,25 +55,25 @@ class ObjectReader {
   void real(const char* key, double& out) {
     const json* v = find(key);
     if (!v) return;
-    if (!v->is_number()) return fail(key, "must be a number, got " + describe(*v));
+    if (!v->is_number()) return fail(key, "must be a number, got " + describeJson(*v));
     out = v->get<double>();
   }
 
   void string(const char* key, std::string& out) {
     const json* v = find(key);
     if (!v) return;
-    if (!v->is_string()) return fail(key, "must be a string, got " + describe(*v));
+    if (!v->is_string()) return fail(key, "must be a string, got " + describeJson(*v));
     out = v->get<std::string>();
   }
 
   void strings(const char* key, std::vector<std::string>& out) {
     const json* v = find(key);
     if (!v) return;
-    if (!v->is_array()) return fail(key, "must be an array of strings, got " + describe(*v));
+    if (!v->is_array()) return fail(key, "must be an array of strings, got " + describeJson(*v));
     std::vector<std::string> items;
     for (size_t i = 0; i < v->size(); ++i) {
       if (!(*v)[i].is_string())
-        return fail(key, "element " + std::to_string(i) + " must be a string, got " + describe((*v)[i]));
+        return fail(key, "element " + std::to_string(i) + " must be a string, got " + describeJson((*v)[i]));
       items.push_back((*v)[i].get<std::string>());
     }
     out = std::move(items);
@@ -85,7 +83,7 @@ class ObjectReader {
   const json* object(const char* key) {
     const json* v = find(key);
     if (v && !v->is_object()) {
-      fail(key, "must be an object, got " + describe(*v));
+      fail(key, "must be an object, got " + describeJson(*v));
       return nullptr;
     }
     return v;
@@ -114,12 +112,6 @@ class ObjectReader {
   void fail(const char* key, std::string detail) {
     if (!error_) error_ = keyError(source_, prefix_ + key, std::move(detail));
   }
-  static std::string describe(const json& v) {
-    std::string text = v.dump();
-    if (text.size() > 40) text = text.substr(0, 37) + "...";
-    return std::string(v.type_name()) + " " + text;
-  }
-
   const json& object_;
   std::string prefix_;
   const std::string& source_;
@@ -243,25 +235,16 @@ Result<TrainConfig> configFromJson(const json& j, const std::string& source) {
 }
 
 Result<TrainConfig> parseConfig(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based: the position of the character that broke the parse.
-    return Error{
-        .source = source, .offset = e.byte > 0 ? e.byte - 1 : 0, .detail = std::string("not valid JSON: ") + e.what()};
-  }
-  return configFromJson(j, source);
+  auto j = parseJsonText(text, source);
+  if (!j) return j.error();
+  return configFromJson(*j, source);
 }
 
 Result<TrainConfig> loadConfig(const std::string& path) {
   const std::string source = "config " + path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{.source = source, .detail = "cannot open: " + std::string(std::strerror(errno))};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Error{.source = source, .detail = "read failed: " + std::string(std::strerror(errno))};
-  return parseConfig(text.str(), source);
+  auto text = readTextFile(path, source);
+  if (!text) return text.error();
+  return parseConfig(*text, source);
 }
 
 json toJson(const ModelConfig& m) {

@@ -19,15 +19,13 @@
 #include <tuple>
 #include <utility>
 
+#include "trainer/json_input.h"
+
 namespace hetcomm::trainer {
 namespace {
 
 using nlohmann::json;
 using Slots = std::vector<std::vector<std::vector<int>>>;  // [replica][stage][tpRank] -> global rank
-
-Error keyError(const std::string& source, const std::string& key, std::string detail) {
-  return Error{.source = source, .field = "key '" + key + "'", .detail = std::move(detail)};
-}
 
 std::string str(int64_t v) { return std::to_string(v); }
 
@@ -40,12 +38,6 @@ std::string indexed(const std::string& key, std::initializer_list<size_t> indice
     path += ']';
   }
   return path;
-}
-
-std::string describe(const json& v) {
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + text;
 }
 
 // Reads the plan's JSON, remembering the first error (later ones are usually consequences of it).
@@ -75,7 +67,7 @@ class Reader {
 
   bool integer(const json& v, const std::string& key, int& out) {
     if (!v.is_number_integer()) {
-      fail(key, "must be an integer, got " + describe(v));
+      fail(key, "must be an integer, got " + describeJson(v));
       return false;
     }
     // A value above INT64_MAX parses as unsigned and would wrap in get<int64_t>().
@@ -92,7 +84,7 @@ class Reader {
 
   bool integers(const json& v, const std::string& key, std::vector<int>& out) {
     if (!v.is_array()) {
-      fail(key, "must be an array of integers, got " + describe(v));
+      fail(key, "must be an array of integers, got " + describeJson(v));
       return false;
     }
     std::vector<int> items(v.size());
@@ -121,13 +113,13 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
   if (stages == j.end()) {
     in.fail("stages", "missing: a plan lists its pipeline stages, e.g. [{\"layers\": 4, \"tensor_parallel\": 2}]");
   } else if (!stages->is_array()) {
-    in.fail("stages", "must be an array of stage objects, got " + describe(*stages));
+    in.fail("stages", "must be an array of stage objects, got " + describeJson(*stages));
   } else {
     for (size_t s = 0; s < stages->size() && !in.failed(); ++s) {
       const json& stage = (*stages)[s];
       const std::string key = indexed("stages", {s});
       if (!stage.is_object()) {
-        in.fail(key, "must be an object {\"layers\": n, \"tensor_parallel\": t}, got " + describe(stage));
+        in.fail(key, "must be an object {\"layers\": n, \"tensor_parallel\": t}, got " + describeJson(stage));
         break;
       }
       if (!in.onlyKnownKeys(stage, key + ".", {"layers", "tensor_parallel"})) break;
@@ -143,13 +135,13 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
 
   if (auto ranks = j.find("ranks"); ranks != j.end() && !in.failed()) {
     if (!ranks->is_array()) {
-      in.fail("ranks", "must be an array (per replica) of arrays (per stage) of rank arrays, got " + describe(*ranks));
+      in.fail("ranks", "must be an array (per replica) of arrays (per stage) of rank arrays, got " + describeJson(*ranks));
     } else {
       plan.ranks.resize(ranks->size());
       for (size_t d = 0; d < ranks->size() && !in.failed(); ++d) {
         const json& replica = (*ranks)[d];
         if (!replica.is_array()) {
-          in.fail(indexed("ranks", {d}), "must be an array (per stage) of rank arrays, got " + describe(replica));
+          in.fail(indexed("ranks", {d}), "must be an array (per stage) of rank arrays, got " + describeJson(replica));
           break;
         }
         plan.ranks[d].resize(replica.size());
@@ -311,25 +303,16 @@ int ParallelPlan::worldSize() const { return dp * ranksPerReplica(); }
 int ParallelPlan::totalMicroBatches() const { return std::accumulate(microBatches.begin(), microBatches.end(), 0); }
 
 Result<ParallelPlan> parsePlan(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // e.byte is 1-based: the position of the character that broke the parse.
-    return Error{
-        .source = source, .offset = e.byte > 0 ? e.byte - 1 : 0, .detail = std::string("not valid JSON: ") + e.what()};
-  }
-  return planFromJson(j, source);
+  auto j = parseJsonText(text, source);
+  if (!j) return j.error();
+  return planFromJson(*j, source);
 }
 
 Result<ParallelPlan> loadPlan(const std::string& path) {
   const std::string source = "plan " + path;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error{.source = source, .detail = "cannot open: " + std::string(std::strerror(errno))};
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return Error{.source = source, .detail = "read failed: " + std::string(std::strerror(errno))};
-  return parsePlan(text.str(), source);
+  auto text = readTextFile(path, source);
+  if (!text) return text.error();
+  return parsePlan(*text, source);
 }
 
 json toJson(const ParallelPlan& plan) {

@@ -59,31 +59,7 @@ class HierReduce final : public Algorithm {
     return a.kind == CollKind::kReduce && g.nranks > 2 && hierarchyOf(g).has_value();
   }
 
-  // The broadcast's stages, the same bytes in the other direction.
-  double estimateUs(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return 1e30;
-    const RootedPaths paths = rootedPaths(*h, a.root);
-    const int m = h->size[1];
-    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    const double pieces = static_cast<double>(Shares(a.count, m, kernels::sizeOf(a.dtype), g.chunkBytes).ch.nchunks);
-    std::vector<StageCost> stages;
-    auto add = [&](StageCost c, double b, double msgs) {
-      c.bytes = b;
-      c.messages = msgs;
-      stages.push_back(c);
-    };
-    if (m > 1) {
-      std::vector<std::vector<int>> toRoot;
-      for (int lead : paths.scatter)
-        if (lead != a.root) toRoot.push_back({lead, a.root});
-      add(pathsCost(g, toRoot, false), bytes * (m - 1) / m, (m - 1) * pieces);
-      add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
-    }
-    if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
-    if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
-    return pipelinedStagesUs(stages, pieces);
-  }
+  double estimateUs(const Args& a, const GroupView& g) const override { return rootedHierUs(a, g, true); }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
     auto h = hierarchyOf(g);
