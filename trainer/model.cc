@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 
 #include "kernels/nn/nn.h"
 
@@ -43,35 +44,54 @@ class Normal {
 
 Error idError(const nn::IdCheck& check) { return Error{.source = "batch", .detail = check.message()}; }
 
+// The first id outside [0, limit), as the kernels report it (for the TP paths that do not call them).
+nn::IdCheck checkIds(const char* what, const int32_t* ids, size_t n, int limit) {
+  for (size_t i = 0; i < n; ++i)
+    if (ids[i] < 0 || ids[i] >= limit)
+      return nn::IdCheck{.what = what, .position = static_cast<int64_t>(i), .value = ids[i], .limit = limit};
+  return nn::IdCheck{.what = what};
+}
+
 }  // namespace
 
-Gpt::Gpt(const ModelConfig& cfg, const ParamLayout& layout, int maxBatch)
-    : cfg_(cfg), layout_(layout), maxBatch_(maxBatch) {
-  const size_t BT = size_t(maxBatch) * cfg.seqLen, C = cfg.dModel, V = cfg.vocabSize, NH = cfg.nHead,
-               T = cfg.seqLen;
-  tokens_.resize(BT);
-  targets_.resize(BT);
-  encoded_.resize(BT * C);
-  layers_.resize(cfg.nLayer);
-  for (Layer& l : layers_) {
-    for (auto* v : {&l.ln1, &l.atty, &l.attnProj, &l.res2, &l.ln2, &l.fcProj, &l.res3}) v->resize(BT * C);
-    for (auto* v : {&l.ln1Mean, &l.ln1Rstd, &l.ln2Mean, &l.ln2Rstd}) v->resize(BT);
-    l.qkv.resize(BT * 3 * C);
-    l.att.resize(size_t(maxBatch) * NH * T * T);
-    l.fch.resize(BT * 4 * C);
-    l.fchGelu.resize(BT * 4 * C);
+Gpt::Gpt(const ModelConfig& cfg, const ParamLayout& layout, int maxBatch, int slots, TpGroup* tp)
+    : cfg_(cfg), layout_(layout), shard_(layout.shard()), tp_(tp), maxBatch_(maxBatch) {
+  const int t = shard_.tp;
+  if (t > 1 && tp == nullptr) throw std::invalid_argument("Gpt: a tensor-parallel shard needs its TP group");
+  if (t == 1) tp_ = nullptr;
+  C_ = cfg.dModel, Cl_ = C_ / t, NHl_ = cfg.nHead / t, Vl_ = cfg.vocabSize / t, vBegin_ = shard_.tpRank * Vl_;
+  const size_t BT = size_t(maxBatch) * cfg.seqLen, C = C_, Cl = Cl_, T = cfg.seqLen;
+  slots_.resize(std::max(1, slots));
+  for (Slot& s : slots_) {
+    s.tokens.resize(BT);
+    s.targets.resize(BT);
+    s.encoded.resize(BT * C);
+    s.layers.resize(shard_.layers);
+    for (Layer& l : s.layers) {
+      for (auto* v : {&l.ln1, &l.attnProj, &l.res2, &l.ln2, &l.fcProj, &l.res3}) v->resize(BT * C);
+      for (auto* v : {&l.ln1Mean, &l.ln1Rstd, &l.ln2Mean, &l.ln2Rstd}) v->resize(BT);
+      l.atty.resize(BT * Cl);
+      l.qkv.resize(BT * 3 * Cl);
+      l.att.resize(size_t(maxBatch) * NHl_ * T * T);
+      l.fch.resize(BT * 4 * Cl);
+      l.fchGelu.resize(BT * 4 * Cl);
+    }
+    if (shard_.head) {
+      s.lnf.resize(BT * C);
+      s.lnfMean.resize(BT);
+      s.lnfRstd.resize(BT);
+      s.probs.resize(BT * Vl_);
+      s.losses.resize(BT);
+    }
   }
-  lnf_.resize(BT * C);
-  lnfMean_.resize(BT);
-  lnfRstd_.resize(BT);
-  probs_.resize(BT * V);
-  losses_.resize(BT);
-  for (auto* v : {&dresidual_, &dlnf_, &dln_, &datty_}) v->resize(BT * C);
-  dlogits_.resize(BT * V);
-  dqkv_.resize(BT * 3 * C);
+  for (auto* v : {&dresidual_, &dlnf_, &dln_}) v->resize(BT * C);
+  datty_.resize(BT * Cl);
+  if (shard_.head) dlogits_.resize(BT * Vl_);
+  dqkv_.resize(BT * 3 * Cl);
   datt_.resize(T * T);
-  dfch_.resize(BT * 4 * C);
-  dfchGelu_.resize(BT * 4 * C);
+  dfch_.resize(BT * 4 * Cl);
+  dfchGelu_.resize(BT * 4 * Cl);
+  stats_.resize(3 * BT);
   groupBase_.assign(layout.groups(), 0);
   for (size_t i = layout.tensors().size(); i-- > 0;) groupBase_[layout.tensors()[i].group] = i;
 }
@@ -81,6 +101,12 @@ const float* Gpt::tensor(const float* params, int group, int index) const {
 }
 float* Gpt::tensor(float* grads, int group, int index) const {
   return grads + layout_.tensors()[groupBase_[group] + index].offset;
+}
+const float* Gpt::headWeight(const float* params) const {
+  return shard_.tiedCopy() ? tensor(params, cfg_.nLayer + 1, 2) : tensor(params, 0, 0);
+}
+float* Gpt::headWeight(float* grads) const {
+  return shard_.tiedCopy() ? tensor(grads, cfg_.nLayer + 1, 2) : tensor(grads, 0, 0);
 }
 
 void Gpt::initParams(float* params, uint64_t seed) const {
@@ -105,89 +131,224 @@ void Gpt::initParams(float* params, uint64_t seed) const {
   }
 }
 
-Result<double> Gpt::forward(const float* params, const int32_t* tokens, const int32_t* targets, int B) {
-  const int T = cfg_.seqLen, C = cfg_.dModel, V = cfg_.vocabSize, NH = cfg_.nHead, BT = B * T;
-  batch_ = B;
-  std::copy(tokens, tokens + BT, tokens_.begin());
-  std::copy(targets, targets + BT, targets_.begin());
+Result<void> Gpt::linearSum(float* out, const float* bias, size_t BT) {
+  if (auto r = tp_->sum(out, BT * C_); !r) return r;
+  for (size_t i = 0; i < BT; ++i)
+    for (int c = 0; c < C_; ++c) out[i * C_ + c] += bias[c];
+  return {};
+}
+
+// Tokens -> wte rows + wpe rows into s.encoded. Under TP each rank adds the rows it holds (zero for the others'),
+// the group sums, and the position embedding (whole on every rank) comes after, so the sum is exact.
+Result<void> Gpt::embed(Slot& s, const float* params, int B) {
+  const int T = cfg_.seqLen, C = C_, BT = B * T;
   const float* wte = tensor(params, 0, 0);
   const float* wpe = tensor(params, 0, 1);
-  if (auto check = nn::encoderForward(encoded_.data(), tokens, wte, wpe, B, T, C, V); !check.ok())
-    return idError(check);
-  const float* residual = encoded_.data();  // [BT, C]
-  for (int l = 0; l < cfg_.nLayer; ++l) {
-    Layer& a = layers_[l];
-    auto w = [&](int index) { return tensor(params, 1 + l, index); };
-    nn::layernormForward(a.ln1.data(), a.ln1Mean.data(), a.ln1Rstd.data(), residual, w(kLn1W), w(kLn1B), BT, C);
-    nn::linearForward(a.qkv.data(), a.ln1.data(), w(kQkvW), w(kQkvB), BT, C, 3 * C);       // [BT, 3C]
-    nn::attentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, C, NH);          // [BT, C]
-    nn::linearForward(a.attnProj.data(), a.atty.data(), w(kAttnProjW), w(kAttnProjB), BT, C, C);
-    nn::residualForward(a.res2.data(), residual, a.attnProj.data(), size_t(BT) * C);
-    nn::layernormForward(a.ln2.data(), a.ln2Mean.data(), a.ln2Rstd.data(), a.res2.data(), w(kLn2W), w(kLn2B), BT, C);
-    nn::linearForward(a.fch.data(), a.ln2.data(), w(kFcW), w(kFcB), BT, C, 4 * C);         // [BT, 4C]
-    nn::geluForward(a.fchGelu.data(), a.fch.data(), size_t(BT) * 4 * C);
-    nn::linearForward(a.fcProj.data(), a.fchGelu.data(), w(kFcProjW), w(kFcProjB), BT, 4 * C, C);
-    nn::residualForward(a.res3.data(), a.res2.data(), a.fcProj.data(), size_t(BT) * C);
-    residual = a.res3.data();
+  if (!tp_) {
+    if (auto check = nn::encoderForward(s.encoded.data(), s.tokens.data(), wte, wpe, B, T, C, cfg_.vocabSize);
+        !check.ok())
+      return idError(check);
+    return {};
   }
-  const int last = cfg_.nLayer + 1;
-  nn::layernormForward(lnf_.data(), lnfMean_.data(), lnfRstd_.data(), residual, tensor(params, last, 0),
+  if (auto check = checkIds("token", s.tokens.data(), BT, cfg_.vocabSize); !check.ok()) return idError(check);
+  for (int i = 0; i < BT; ++i) {
+    float* out = s.encoded.data() + size_t(i) * C;
+    const int row = s.tokens[i] - vBegin_;
+    if (row >= 0 && row < Vl_) std::copy(wte + size_t(row) * C, wte + size_t(row + 1) * C, out);
+    else std::fill(out, out + C, 0.0f);
+  }
+  if (auto r = tp_->sum(s.encoded.data(), size_t(BT) * C); !r) return r;
+  for (int i = 0; i < BT; ++i)
+    for (int c = 0; c < C; ++c) s.encoded[size_t(i) * C + c] += wpe[size_t(i % T) * C + c];
+  return {};
+}
+
+// ln_f, logits against this rank's vocabulary rows, and the softmax cross-entropy. Under TP the softmax's max
+// and its sum (with the target's logit, which one rank holds) are reduced over the group.
+Result<double> Gpt::headForward(Slot& s, const float* params, const float* residual, int B) {
+  const int T = cfg_.seqLen, C = C_, BT = B * T, last = cfg_.nLayer + 1;
+  nn::layernormForward(s.lnf.data(), s.lnfMean.data(), s.lnfRstd.data(), residual, tensor(params, last, 0),
                        tensor(params, last, 1), BT, C);
-  nn::linearForward(probs_.data(), lnf_.data(), wte, nullptr, BT, C, V);  // logits [BT, V], tied head
-  if (auto check = nn::crossEntropyForward(losses_.data(), probs_.data(), probs_.data(), targets, BT, V); !check.ok())
-    return idError(check);
+  nn::linearForward(s.probs.data(), s.lnf.data(), headWeight(params), nullptr, BT, C, Vl_);  // logits [BT, Vl]
+  if (!tp_) {
+    if (auto check = nn::crossEntropyForward(s.losses.data(), s.probs.data(), s.probs.data(), s.targets.data(), BT,
+                                             cfg_.vocabSize);
+        !check.ok())
+      return idError(check);
+  } else {
+    if (auto check = checkIds("target", s.targets.data(), BT, cfg_.vocabSize); !check.ok()) return idError(check);
+    float* mx = stats_.data();  // [BT] row max, then [2 BT]: sum of exp, target logit - max
+    float* se = stats_.data() + BT;
+    for (int i = 0; i < BT; ++i) {
+      const float* row = s.probs.data() + size_t(i) * Vl_;
+      mx[i] = *std::max_element(row, row + Vl_);
+    }
+    if (auto r = tp_->max(mx, BT); !r) return r.error();
+    for (int i = 0; i < BT; ++i) {
+      float* row = s.probs.data() + size_t(i) * Vl_;
+      const int t = s.targets[i] - vBegin_;
+      se[BT + i] = t >= 0 && t < Vl_ ? row[t] - mx[i] : 0.0f;
+      double sum = 0;
+      for (int j = 0; j < Vl_; ++j) sum += row[j] = std::exp(row[j] - mx[i]);
+      se[i] = static_cast<float>(sum);
+    }
+    if (auto r = tp_->sum(se, 2 * size_t(BT)); !r) return r.error();
+    for (int i = 0; i < BT; ++i) {
+      float* row = s.probs.data() + size_t(i) * Vl_;
+      const float inv = 1.0f / se[i];
+      for (int j = 0; j < Vl_; ++j) row[j] *= inv;
+      s.losses[i] = std::log(se[i]) - se[BT + i];
+    }
+  }
   double sum = 0;
-  for (int i = 0; i < BT; ++i) sum += losses_[i];
+  for (int i = 0; i < BT; ++i) sum += s.losses[i];
   return sum / BT;
 }
 
+Result<double> Gpt::forwardStage(int slot, const float* params, const int32_t* tokens, const float* input,
+                                 const int32_t* targets, int B, float* output) {
+  const int T = cfg_.seqLen, C = C_, Cl = Cl_, BT = B * T;
+  Slot& s = slots_[slot];
+  s.batch = B;
+  if (shard_.embedding) {
+    std::copy(tokens, tokens + BT, s.tokens.begin());
+    if (auto r = embed(s, params, B); !r) return r.error();
+  } else {
+    std::copy(input, input + size_t(BT) * C, s.encoded.begin());
+  }
+  const float* residual = s.encoded.data();  // [BT, C]
+  for (int i = 0; i < shard_.layers; ++i) {
+    Layer& a = s.layers[i];
+    const int l = shard_.firstLayer + i;
+    auto w = [&](int index) { return tensor(params, 1 + l, index); };
+    nn::layernormForward(a.ln1.data(), a.ln1Mean.data(), a.ln1Rstd.data(), residual, w(kLn1W), w(kLn1B), BT, C);
+    nn::linearForward(a.qkv.data(), a.ln1.data(), w(kQkvW), w(kQkvB), BT, C, 3 * Cl);    // [BT, 3Cl]
+    nn::attentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl_);      // [BT, Cl]
+    if (!tp_) {
+      nn::linearForward(a.attnProj.data(), a.atty.data(), w(kAttnProjW), w(kAttnProjB), BT, C, C);
+    } else {  // row-parallel: partial sums over this rank's heads
+      nn::linearForward(a.attnProj.data(), a.atty.data(), w(kAttnProjW), nullptr, BT, Cl, C);
+      if (auto r = linearSum(a.attnProj.data(), w(kAttnProjB), BT); !r) return r.error();
+    }
+    nn::residualForward(a.res2.data(), residual, a.attnProj.data(), size_t(BT) * C);
+    nn::layernormForward(a.ln2.data(), a.ln2Mean.data(), a.ln2Rstd.data(), a.res2.data(), w(kLn2W), w(kLn2B), BT, C);
+    nn::linearForward(a.fch.data(), a.ln2.data(), w(kFcW), w(kFcB), BT, C, 4 * Cl);       // [BT, 4Cl]
+    nn::geluForward(a.fchGelu.data(), a.fch.data(), size_t(BT) * 4 * Cl);
+    if (!tp_) {
+      nn::linearForward(a.fcProj.data(), a.fchGelu.data(), w(kFcProjW), w(kFcProjB), BT, 4 * C, C);
+    } else {
+      nn::linearForward(a.fcProj.data(), a.fchGelu.data(), w(kFcProjW), nullptr, BT, 4 * Cl, C);
+      if (auto r = linearSum(a.fcProj.data(), w(kFcProjB), BT); !r) return r.error();
+    }
+    nn::residualForward(a.res3.data(), a.res2.data(), a.fcProj.data(), size_t(BT) * C);
+    residual = a.res3.data();
+  }
+  if (!shard_.head) {
+    std::copy(residual, residual + size_t(BT) * C, output);
+    return 0.0;
+  }
+  std::copy(targets, targets + BT, s.targets.begin());
+  return headForward(s, params, residual, B);
+}
+
 void Gpt::backward(const float* params, float* grads, float lossScale, const std::function<void(int)>& groupDone) {
-  const int B = batch_, T = cfg_.seqLen, C = cfg_.dModel, V = cfg_.vocabSize, NH = cfg_.nHead, BT = B * T;
-  const int last = cfg_.nLayer + 1;
-  const float* wte = tensor(params, 0, 0);
-  float* dwte = tensor(grads, 0, 0);
+  (void)backwardStage(0, params, grads, lossScale, nullptr, nullptr, groupDone);  // no TP: nothing can fail
+}
 
-  // Head: dlogits = (probs - onehot) * lossScale; logits = lnf wte^T.
-  (void)nn::crossEntropyBackward(dlogits_.data(), probs_.data(), targets_.data(), lossScale, BT, V);
-  zero(dlnf_, size_t(BT) * C);
-  nn::linearBackward(dlnf_.data(), dwte, nullptr, dlogits_.data(), lnf_.data(), wte, BT, C, V);
-  // dresidual: the gradient of the residual stream, accumulated through every block (x + f(x) passes it on).
-  zero(dresidual_, size_t(BT) * C);
-  const float* lastResidual = cfg_.nLayer ? layers_.back().res3.data() : encoded_.data();
-  nn::layernormBackward(dresidual_.data(), tensor(grads, last, 0), tensor(grads, last, 1), dlnf_.data(),
-                        lastResidual, tensor(params, last, 0), lnfMean_.data(), lnfRstd_.data(), BT, C);
-  if (groupDone) groupDone(last);
+Result<void> Gpt::backwardStage(int slot, const float* params, float* grads, float lossScale, const float* dout,
+                                float* dinput, const std::function<void(int)>& groupDone) {
+  Slot& s = slots_[slot];
+  const int B = s.batch, T = cfg_.seqLen, C = C_, Cl = Cl_, BT = B * T, last = cfg_.nLayer + 1;
+  auto sumOverTp = [&](std::vector<float>& v) { return tp_ ? tp_->sum(v.data(), size_t(BT) * C) : Result<void>{}; };
 
-  for (int l = cfg_.nLayer - 1; l >= 0; --l) {
-    Layer& a = layers_[l];
+  if (shard_.head) {
+    // dlogits = (probs - onehot) * lossScale; logits = lnf wte^T (this rank's rows).
+    if (!tp_) {
+      (void)nn::crossEntropyBackward(dlogits_.data(), s.probs.data(), s.targets.data(), lossScale, BT, Vl_);
+    } else {
+      for (size_t i = 0; i < size_t(BT) * Vl_; ++i) dlogits_[i] = s.probs[i] * lossScale;
+      for (int i = 0; i < BT; ++i)
+        if (const int t = s.targets[i] - vBegin_; t >= 0 && t < Vl_) dlogits_[size_t(i) * Vl_ + t] -= lossScale;
+    }
+    zero(dlnf_, size_t(BT) * C);
+    nn::linearBackward(dlnf_.data(), headWeight(grads), nullptr, dlogits_.data(), s.lnf.data(), headWeight(params),
+                       BT, C, Vl_);
+    if (auto r = sumOverTp(dlnf_); !r) return r;
+    // dresidual: the gradient of the residual stream, accumulated through every block (x + f(x) passes it on).
+    zero(dresidual_, size_t(BT) * C);
+    const float* lastResidual = shard_.layers ? s.layers.back().res3.data() : s.encoded.data();
+    nn::layernormBackward(dresidual_.data(), tensor(grads, last, 0), tensor(grads, last, 1), dlnf_.data(),
+                          lastResidual, tensor(params, last, 0), s.lnfMean.data(), s.lnfRstd.data(), BT, C);
+    if (groupDone) groupDone(last);
+  } else {
+    std::copy(dout, dout + size_t(BT) * C, dresidual_.begin());
+  }
+
+  for (int i = shard_.layers - 1; i >= 0; --i) {
+    Layer& a = s.layers[i];
+    const int l = shard_.firstLayer + i;
     auto w = [&](int index) { return tensor(params, 1 + l, index); };
     auto g = [&](int index) { return tensor(grads, 1 + l, index); };
-    const float* input = l == 0 ? encoded_.data() : layers_[l - 1].res3.data();
+    const float* input = i == 0 ? s.encoded.data() : s.layers[i - 1].res3.data();
     // MLP branch: res3 = res2 + proj(gelu(fc(ln_2(res2)))).
-    zero(dfchGelu_, size_t(BT) * 4 * C);
+    zero(dfchGelu_, size_t(BT) * 4 * Cl);
     nn::linearBackward(dfchGelu_.data(), g(kFcProjW), g(kFcProjB), dresidual_.data(), a.fchGelu.data(), w(kFcProjW),
-                       BT, 4 * C, C);
-    zero(dfch_, size_t(BT) * 4 * C);
-    nn::geluBackward(dfch_.data(), a.fch.data(), dfchGelu_.data(), size_t(BT) * 4 * C);
+                       BT, 4 * Cl, C);
+    zero(dfch_, size_t(BT) * 4 * Cl);
+    nn::geluBackward(dfch_.data(), a.fch.data(), dfchGelu_.data(), size_t(BT) * 4 * Cl);
     zero(dln_, size_t(BT) * C);
-    nn::linearBackward(dln_.data(), g(kFcW), g(kFcB), dfch_.data(), a.ln2.data(), w(kFcW), BT, C, 4 * C);
+    nn::linearBackward(dln_.data(), g(kFcW), g(kFcB), dfch_.data(), a.ln2.data(), w(kFcW), BT, C, 4 * Cl);
+    if (auto r = sumOverTp(dln_); !r) return r;
     nn::layernormBackward(dresidual_.data(), g(kLn2W), g(kLn2B), dln_.data(), a.res2.data(), w(kLn2W),
                           a.ln2Mean.data(), a.ln2Rstd.data(), BT, C);
     // Attention branch: res2 = input + proj(attn(ln_1(input))).
-    zero(datty_, size_t(BT) * C);
+    zero(datty_, size_t(BT) * Cl);
     nn::linearBackward(datty_.data(), g(kAttnProjW), g(kAttnProjB), dresidual_.data(), a.atty.data(), w(kAttnProjW),
-                       BT, C, C);
-    zero(dqkv_, size_t(BT) * 3 * C);
-    nn::attentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), a.att.data(), B, T, C, NH);
+                       BT, Cl, C);
+    zero(dqkv_, size_t(BT) * 3 * Cl);
+    nn::attentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl_);
     zero(dln_, size_t(BT) * C);
-    nn::linearBackward(dln_.data(), g(kQkvW), g(kQkvB), dqkv_.data(), a.ln1.data(), w(kQkvW), BT, C, 3 * C);
+    nn::linearBackward(dln_.data(), g(kQkvW), g(kQkvB), dqkv_.data(), a.ln1.data(), w(kQkvW), BT, C, 3 * Cl);
+    if (auto r = sumOverTp(dln_); !r) return r;
     nn::layernormBackward(dresidual_.data(), g(kLn1W), g(kLn1B), dln_.data(), input, w(kLn1W), a.ln1Mean.data(),
                           a.ln1Rstd.data(), BT, C);
     if (groupDone) groupDone(1 + l);
   }
-  // Tokens were checked by forward.
-  (void)nn::encoderBackward(dwte, tensor(grads, 0, 1), dresidual_.data(), tokens_.data(), B, T, C, V);
+  if (!shard_.embedding) {
+    std::copy(dresidual_.begin(), dresidual_.begin() + size_t(BT) * C, dinput);
+    return {};
+  }
+  float* dwte = tensor(grads, 0, 0);
+  float* dwpe = tensor(grads, 0, 1);
+  if (!tp_) {
+    (void)nn::encoderBackward(dwte, dwpe, dresidual_.data(), s.tokens.data(), B, T, C, cfg_.vocabSize);  // checked
+  } else {
+    for (int i = 0; i < BT; ++i) {
+      const float* d = dresidual_.data() + size_t(i) * C;
+      if (const int row = s.tokens[i] - vBegin_; row >= 0 && row < Vl_)
+        for (int c = 0; c < C; ++c) dwte[size_t(row) * C + c] += d[c];
+      for (int c = 0; c < C; ++c) dwpe[size_t(i % T) * C + c] += d[c];
+    }
+  }
   if (groupDone) groupDone(0);
+  return {};
+}
+
+double Gpt::shardFlopsPerToken() const {
+  const double C = cfg_.dModel, T = cfg_.seqLen, L = shard_.layers, V = cfg_.vocabSize, t = shard_.tp;
+  const double matmulParams = (L * 12 * C * C + (shard_.head ? V * C : 0)) / t;
+  return 6 * matmulParams + 6 * L * 2 * T * C / t;
+}
+
+size_t Gpt::slotBytes() const {
+  const Slot& s = slots_[0];
+  size_t floats = s.encoded.size() + s.lnf.size() + s.lnfMean.size() + s.lnfRstd.size() + s.probs.size() +
+                  s.losses.size() + s.tokens.size() + s.targets.size();
+  for (const Layer& l : s.layers)
+    for (auto* v : {&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty, &l.att, &l.attnProj, &l.res2, &l.ln2,
+                    &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3})
+      floats += v->size();
+  return floats * sizeof(float);
 }
 
 double Gpt::flopsPerToken() const {
