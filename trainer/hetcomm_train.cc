@@ -1,11 +1,15 @@
-// hetcomm-train: GPT training on the CPU with data parallelism over hetcomm.
+// hetcomm-train: GPT training on the CPU with data, tensor and pipeline parallelism over hetcomm.
 //
 //   hetcomm-run -np 2 build/bin/hetcomm-train --config configs/gpt-tiny.json --steps 200
+//   hetcomm-run -np 8 build/bin/hetcomm-train --tp 2 --pp 2            (or --plan plans/FILE.json)
 //
-// One step: every rank draws the same global batch of samples, takes its share, runs forward and backward over
-// its micro-batches (accumulating gradients), and the last micro-batch's backward starts each bucket's
-// reduction as soon as its gradients are final. Then: wait for the reductions, clip by the global norm, AdamW
-// (on this rank's slices under ZeRO-1, then an allgather), and report. Evaluation on the validation split every
+// The parallel plan (plan.h) gives every rank a role: a data-parallel replica, a pipeline stage, a tensor-parallel
+// rank; plain data parallelism is the plan of one stage at TP degree 1. One step: every rank draws the same
+// global batch of samples; each replica takes its micro-batches (uneven plans: a prefix of the batch per
+// replica); each stage runs them 1F1B (pipeline.h), the last micro-batch's backward starting each gradient
+// bucket's reduction over the data-parallel group as soon as its gradients are final. Then: the tied
+// embedding's two copies summed (pipelines), wait for the reductions, clip by the global norm, AdamW (on this
+// rank's slices under ZeRO-1, then an allgather), and report. Evaluation on the validation split every
 // eval_every steps; checkpoints every checkpoint_every steps; --resume continues a checkpoint exactly.
 #include <hetcomm/hetcomm.h>
 #include <unistd.h>
@@ -34,6 +38,8 @@
 #include "trainer/model.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_layout.h"
+#include "trainer/pipeline.h"
+#include "trainer/plan.h"
 #include "trainer/train_state.h"
 
 namespace ht = hetcomm::trainer;
@@ -56,6 +62,9 @@ struct Options {
   double bucketMb = 1.0;
   int threads = 0;
   bool progress = true;
+  std::string plan, assignment = "nic";
+  int tp = 1, pp = 1;
+  std::vector<double> deviceSpeeds;
 };
 
 // Ranks on this host, from whichever launcher started us (for the BLAS thread share).
@@ -84,11 +93,11 @@ T check(int rank, ht::Result<T> r) {
 }
 
 // fp32 GEMM rate of this rank with its BLAS threads, every rank measuring at once (as they will train): the
-// "peak" MFU is measured against.
-double measureGemmGflops(ht::DataParallel& dp) {
+// "peak" MFU is measured against. sync: a barrier over every rank.
+double measureGemmGflops(const std::function<void()>& sync) {
   constexpr int n = 512;
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-  (void)dp.sum(0.0);  // start together
+  sync();  // start together
   nn::linearForward(c.data(), a.data(), b.data(), nullptr, n, n, n);
   double best = 0;
   for (int round = 0; round < 3; ++round) {
@@ -108,23 +117,51 @@ std::string human(double v) {
   return buf;
 }
 
-// Mean validation loss over the first eval_batches * micro_batch windows of the validation split, each rank
-// taking a contiguous share (weighted by its count, so any rank count gives the same figure).
-double evaluate(ht::Gpt& model, const std::vector<float>& params, const ht::DataLoader& val, const ht::TrainConfig& cfg,
-                ht::DataParallel& dp) {
+// Mean validation loss over the first eval_batches * micro_batch windows of the validation split, each replica
+// taking a contiguous share (weighted by its count, so any plan gives the same figure) through its pipeline.
+// worldSum sums over every rank; countsLoss: this rank reports its replica's loss (last stage, TP rank 0).
+double evaluate(ht::Pipeline& pipeline, const std::vector<float>& params, const ht::DataLoader& val,
+                const ht::TrainConfig& cfg, int replica, int replicas, bool countsLoss, int rank,
+                const std::function<void(std::vector<double>&)>& worldSum) {
   const int64_t total = std::min<int64_t>(int64_t(cfg.evalBatches) * cfg.microBatch, val.windowsPerEpoch());
-  const int64_t begin = total * dp.rank() / dp.size(), end = total * (dp.rank() + 1) / dp.size();
-  std::vector<double> sums{0.0, 0.0};  // loss * sequences, sequences
+  const int64_t begin = total * replica / replicas, end = total * (replica + 1) / replicas;
+  std::vector<ht::Batch> batches;
+  std::vector<ht::MicroBatch> micro;
   for (int64_t at = begin; at < end; at += cfg.microBatch) {
     std::vector<int64_t> samples;
     for (int64_t i = at; i < std::min(end, at + cfg.microBatch); ++i) samples.push_back(i);
-    auto batch = check(dp.rank(), val.makeBatch(samples));
-    const int B = static_cast<int>(samples.size());
-    sums[0] += check(dp.rank(), model.evaluate(params.data(), batch.inputs.data(), batch.targets.data(), B)) * B;
-    sums[1] += B;
+    batches.push_back(check(rank, val.makeBatch(samples)));
   }
-  check(dp.rank(), dp.sum(sums));
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const int B = static_cast<int>(std::min<int64_t>(cfg.microBatch, end - begin - int64_t(i) * cfg.microBatch));
+    micro.push_back({batches[i].inputs.data(), batches[i].targets.data(), B});
+  }
+  const double lossSum = check(rank, pipeline.evaluate(params.data(), micro));
+  std::vector<double> sums{countsLoss ? lossSum : 0.0, countsLoss ? double(end - begin) : 0.0};
+  worldSum(sums);
   return sums[0] / sums[1];
+}
+
+// The tied embedding: the first stage's wte and the last stage's copy for the LM head get the sum of both
+// gradients (each rank puts its rows into a whole-table buffer; the tied group sums it).
+ht::Result<void> sumTiedCopies(const ht::ParamLayout& layout, float* grads, hetcommComm_t tied, int C, int V) {
+  const ht::ParamTensor& t = layout.find(layout.shard().embedding ? "wte" : "lm_head.weight");
+  std::vector<float> whole(size_t(V) * C, 0.0f);
+  size_t at = t.offset;
+  for (auto [b, e] : t.rows) {
+    std::copy(grads + at, grads + at + size_t(e - b) * C, whole.begin() + b * C);
+    at += size_t(e - b) * C;
+  }
+  if (hetcommResult_t r = hetcommAllReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum,
+                                           tied, nullptr);
+      r != hetcommSuccess)
+    return ht::commError("hetcommAllReduce (tied embedding)", r, tied);
+  at = t.offset;
+  for (auto [b, e] : t.rows) {
+    std::copy(whole.begin() + b * C, whole.begin() + e * C, grads + at);
+    at += size_t(e - b) * C;
+  }
+  return {};
 }
 
 class Progress {
@@ -153,7 +190,7 @@ class Progress {
 
 int main(int argc, char** argv) {
   Options o;
-  CLI::App app{"hetcomm-train: GPT training with data parallelism over hetcomm"};
+  CLI::App app{"hetcomm-train: GPT training with data, tensor and pipeline parallelism over hetcomm"};
   app.add_option("--config", o.config, "JSON config (configs/gpt-tiny.json)");
   app.add_option("--steps", o.steps, "optimizer steps");
   app.add_option("--n-layer", o.nLayer);
@@ -181,6 +218,15 @@ int main(int argc, char** argv) {
   app.add_option("--resume", o.resume, "checkpoint file to continue from");
   app.add_option("--log-json", o.logJson, "write one JSON object per step to this file");
   app.add_flag("!--no-progress", o.progress, "no progress bar");
+  app.add_option("--plan", o.plan, "parallel plan JSON (stages, TP degrees, micro-batches per replica, ranks)");
+  app.add_option("--tp", o.tp, "tensor-parallel degree of every stage (without --plan)")->check(CLI::PositiveNumber);
+  app.add_option("--pp", o.pp, "pipeline stages, blocks split evenly (without --plan)")->check(CLI::PositiveNumber);
+  app.add_option("--assignment", o.assignment, "who plays which role: nic (TP in a host, DP in an RDMA island, "
+                                               "pipeline boundaries across islands) or naive (rank order)")
+      ->check(CLI::IsMember({"nic", "naive"}));
+  app.add_option("--device-speeds", o.deviceSpeeds, "relative compute speed per rank (e.g. 1,1,0.5,0.5): each "
+                                                     "rank's measured compute is stretched to emulate that device")
+      ->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // log lines reach a file or pipe as they happen
 
@@ -217,9 +263,59 @@ int main(int argc, char** argv) {
   set(cfg.weightDecay, o.weightDecay), set(cfg.gradClip, o.gradClip), set(cfg.seed, o.seed);
   if (!o.data.empty()) cfg.dataFiles = o.data;
   if (!o.checkpointDir.empty()) cfg.checkpointDir = o.checkpointDir;
-  check(rank, ht::validate(cfg, world, "config " + o.config + " with the command line"));
-  const int accum = ht::gradAccumSteps(cfg, world);
+  const bool planned = !o.plan.empty() || o.tp > 1 || o.pp > 1;
+  check(rank, ht::validate(cfg, planned ? 1 : world, "config " + o.config + " with the command line"));
   const int T = cfg.model.seqLen;
+
+  // ---- parallel plan, roles, communicators ----
+  ht::ParallelPlan plan;
+  std::string planSource = "plan " + o.plan;
+  if (!o.plan.empty()) {
+    if (o.tp > 1 || o.pp > 1) die(rank, "--plan and --tp/--pp both given: the plan file says both");
+    plan = check(rank, ht::loadPlan(o.plan));
+  } else {
+    planSource = "--tp " + std::to_string(o.tp) + " --pp " + std::to_string(o.pp);
+    if (world % (o.tp * o.pp) != 0)
+      die(rank, planSource + ": tp x pp = " + std::to_string(o.tp * o.pp) + " does not divide the " +
+                    std::to_string(world) + " ranks");
+    plan = ht::uniformPlan(cfg, o.tp, o.pp, world / (o.tp * o.pp));
+  }
+  check(rank, ht::validatePlan(plan, cfg, world, planSource));
+  if (!o.deviceSpeeds.empty()) {
+    if (static_cast<int>(o.deviceSpeeds.size()) != world)
+      die(rank, "--device-speeds has " + std::to_string(o.deviceSpeeds.size()) + " entries for " +
+                    std::to_string(world) + " ranks");
+    for (size_t r = 0; r < o.deviceSpeeds.size(); ++r)
+      if (!(o.deviceSpeeds[r] > 0 && o.deviceSpeeds[r] <= 1))
+        die(rank, "--device-speeds: entry " + std::to_string(r) + " is " + std::to_string(o.deviceSpeeds[r]) +
+                      "; a relative speed lies in (0, 1]");
+  }
+  const double speed = o.deviceSpeeds.empty() ? 1.0 : o.deviceSpeeds[rank];
+  ht::Placement where;
+  for (int r = 0; r < world; ++r) {
+    int host = 0, island = 0;
+    if (hetcommResult_t pr = hetcommCommRankPlacement(comm, r, &host, &island); pr != hetcommSuccess)
+      die(rank, ht::commError("hetcommCommRankPlacement", pr, comm).message());
+    where.host.push_back(host);
+    where.island.push_back(island);
+  }
+  const ht::RoleTable table = check(rank, ht::assignRoles(plan, where, o.assignment == "naive"
+                                                                          ? ht::Assignment::kNaive
+                                                                          : ht::Assignment::kNicAware));
+  std::unique_ptr<ht::HybridGroups> groups = check(rank, ht::HybridGroups::create(comm, plan, table));
+  const ht::Role role = groups->role();
+  const int S = static_cast<int>(plan.stages.size());
+  const bool hybrid = S > 1 || plan.stages[0].tp > 1;
+  if (hybrid && (!cfg.checkpointDir.empty() || !o.resume.empty()))
+    die(rank, "checkpoints of tensor- or pipeline-parallel runs are not supported yet: --checkpoint-dir, "
+              "checkpoint_dir and --resume need --tp 1 --pp 1 and a plan of one stage at tensor_parallel 1");
+  const int accum = plan.microBatches[role.replica];
+  auto worldSum = [&](std::vector<double>& v) {
+    if (world == 1) return;
+    if (hetcommResult_t r = hetcommAllReduce(v.data(), v.data(), v.size(), hetcommFloat64, hetcommSum, comm, nullptr);
+        r != hetcommSuccess)
+      die(rank, ht::commError("hetcommAllReduce (world sum)", r, comm).message());
+  };
 
   // ---- data ----
   std::vector<std::string> files = cfg.dataFiles;
@@ -229,14 +325,28 @@ int main(int argc, char** argv) {
   ht::DataLoader val(dataset, ht::Split::kVal, cfg.seed, /*shuffle=*/false);
   const double unigramNats = ht::unigramEntropyNats(dataset.tokens(ht::Split::kTrain));
 
-  // ---- model, optimizer, data parallelism ----
-  ht::ParamLayout layout(cfg.model, static_cast<size_t>(o.bucketMb * (1 << 20)), world);
-  ht::Gpt model(cfg.model, layout, cfg.microBatch);
-  ht::DataParallel dp(comm, layout, o.zero == 1);
+  // ---- model (this rank's stage and TP shard), pipeline, optimizer, data parallelism ----
+  int firstLayer = 0;
+  for (int s = 0; s < role.stage; ++s) firstLayer += plan.stages[s].layers;
+  const ht::Shard shard{.firstLayer = firstLayer, .layers = plan.stages[role.stage].layers,
+                        .embedding = role.stage == 0, .head = role.stage + 1 == S,
+                        .tp = plan.stages[role.stage].tp, .tpRank = role.tpRank};
+  const size_t bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
+  ht::ParamLayout layout(cfg.model, shard, bucketBytes, plan.dp);
+  ht::Gpt model(cfg.model, layout, cfg.microBatch, ht::Pipeline::slotsFor(role.stage, S, accum), groups->tpGroup());
+  ht::Pipeline pipeline(*groups, model, cfg.model, cfg.microBatch, accum);
+  ht::DataParallel dp(groups->dp(), layout, o.zero == 1);
   ht::AdamW adam(cfg, layout, dp.ownedRanges());
   ht::LrSchedule schedule(cfg);
   std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
-  model.initParams(params.data(), cfg.seed);
+  {  // every rank initialises the whole model from the seed and keeps its part: any plan starts identically
+    const ht::ParamLayout full(cfg.model, bucketBytes, 1);
+    std::vector<float> whole(full.totalFloats());
+    ht::Gpt(cfg.model, full, 1).initParams(whole.data(), cfg.seed);
+    ht::sliceFromFull(full, whole.data(), layout, params.data());
+  }
+  const bool countsLoss = role.stage + 1 == S && role.tpRank == 0;
+  const int tiedGroup = groups->tied() ? (role.stage == 0 ? 0 : cfg.model.nLayer + 1) : -1;
   int64_t step = 0;
   if (!o.resume.empty()) {
     ht::TrainState s = check(rank, ht::loadTrainState(o.resume, layout, cfg));
@@ -252,17 +362,39 @@ int main(int argc, char** argv) {
     step = s.step;
     if (lead) std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)step);
   }
-  const double gemmGflops = measureGemmGflops(dp);
-  const double peakGflops = check(rank, dp.sum(gemmGflops));
+  std::vector<double> gemm{measureGemmGflops([&] {
+    std::vector<double> z{0.0};
+    worldSum(z);
+  }) * speed};
+  worldSum(gemm);
+  const double peakGflops = gemm[0];
 
   if (lead) {
-    std::printf("hetcomm-train: %d rank%s (data parallel%s), %d BLAS thread%s each\n", world, world > 1 ? "s" : "",
+    std::printf("hetcomm-train: %d rank%s (data parallel %d x pipeline %d x tensor parallel %s%s), %d BLAS thread%s "
+                "each\n",
+                world, world > 1 ? "s" : "", plan.dp, S,
+                [&] {
+                  std::string t;
+                  for (const auto& st : plan.stages) t += (t.empty() ? "" : "/") + std::to_string(st.tp);
+                  return t;
+                }().c_str(),
                 dp.zero1() ? ", ZeRO-1" : "", threads, threads > 1 ? "s" : "");
+    if (hybrid || plan.dp > 1) {
+      std::printf("plan (%s, %s assignment): %s\n", planSource.c_str(), o.assignment.c_str(),
+                  ht::toJson(plan).dump().c_str());
+      std::printf("%s", ht::formatRoleTable(table, where, plan).c_str());
+    }
+    if (!o.deviceSpeeds.empty()) {
+      std::printf("emulated device speeds (compute stretched, figures marked emulated):");
+      for (double v : o.deviceSpeeds) std::printf(" %g", v);
+      std::printf("\n");
+    }
     std::printf("model: %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %s parameters\n", cfg.model.nLayer,
                 cfg.model.nHead, cfg.model.dModel, T, cfg.model.vocabSize,
                 human(static_cast<double>(layout.parameterCount())).c_str());
-    std::printf("batch: %d sequences per step (%d tokens) = %d rank%s x %d micro-batch%s x %d\n", cfg.globalBatch,
-                cfg.globalBatch * T, world, world > 1 ? "s" : "", accum, accum > 1 ? "es" : "", cfg.microBatch);
+    std::printf("batch: %d sequences per step (%d tokens) = %d micro-batch%s x %d over %d replica%s\n",
+                cfg.globalBatch, cfg.globalBatch * T, plan.totalMicroBatches(),
+                plan.totalMicroBatches() > 1 ? "es" : "", cfg.microBatch, plan.dp, plan.dp > 1 ? "s" : "");
     std::printf("data: %zu file%s, %s train / %s validation tokens; unigram entropy %.4f nats\n", files.size(),
                 files.size() > 1 ? "s" : "", human(double(dataset.tokens(ht::Split::kTrain).size())).c_str(),
                 human(double(dataset.tokens(ht::Split::kVal).size())).c_str(), unigramNats);
@@ -295,29 +427,52 @@ int main(int argc, char** argv) {
   const double tokensPerStep = double(cfg.globalBatch) * T;
   const float lossScale = static_cast<float>(1.0 / tokensPerStep);
   double totalCompute = 0, totalComm = 0, totalTime = 0, lastLoss = NAN, lastVal = NAN;
+  double totalBusy = 0, totalPipe = 0;  // this rank's forward/backward time and 1F1B wall time (bubble)
+  double totalTp = 0, totalP2p = 0;     // ... in tensor-parallel collectives and pipeline transfers
   int64_t timedSteps = 0;
+  int64_t replicaOffset = 0;  // this replica's first sample in the global batch
+  for (int d = 0; d < role.replica; ++d) replicaOffset += int64_t(plan.microBatches[d]) * cfg.microBatch;
+  // Device-speed emulation: a device of relative speed v takes 1/v of the measured time.
+  auto stretch = [&](double seconds) {
+    if (speed < 1) std::this_thread::sleep_for(std::chrono::duration<double>(seconds * (1 / speed - 1)));
+  };
+  double busyS = 0;
+  auto computeHook = [&](double seconds) {
+    stretch(seconds);
+    busyS += seconds / speed;
+  };
   const auto runStart = Clock::now();
   for (; step < cfg.steps; ++step) {
     const auto t0 = Clock::now();
     const std::vector<int64_t> samples = train.nextSamples(cfg.globalBatch);
-    double lossSum = 0, commS = 0;
-    for (int micro = 0; micro < accum; ++micro) {
-      auto slice = check(rank, ht::microBatchSlice(cfg.globalBatch, rank, world, cfg.microBatch, micro));
-      auto batch = check(rank, train.makeBatch(std::span(samples).subspan(slice.begin, slice.count)));
-      const int B = static_cast<int>(slice.count);
-      lossSum += check(rank, model.forward(params.data(), batch.inputs.data(), batch.targets.data(), B)) * B;
-      std::function<void(int)> onGroup;
-      if (micro == accum - 1)  // the last micro-batch: buckets go out as the backward pass completes them
-        onGroup = [&](int g) { check(rank, dp.groupDone(g, grads.data())); };
-      model.backward(params.data(), grads.data(), lossScale, onGroup);
+    double commS = 0;
+    std::vector<ht::Batch> batches;
+    std::vector<ht::MicroBatch> micro;
+    for (int m = 0; m < accum; ++m) {
+      const auto at = std::span(samples).subspan(replicaOffset + int64_t(m) * cfg.microBatch, cfg.microBatch);
+      batches.push_back(check(rank, train.makeBatch(at)));
     }
+    for (auto& b : batches) micro.push_back({b.inputs.data(), b.targets.data(), cfg.microBatch});
+    // Buckets go out as the last micro-batch's backward completes them, except the tied embedding's: its two
+    // copies are summed first, after the pipeline.
+    auto onGroup = [&](int g) {
+      if (tiedGroup >= 0 && layout.bucketOfGroup(g) == layout.bucketOfGroup(tiedGroup)) return;
+      check(rank, dp.groupDone(g, grads.data()));
+    };
+    groups->tpSeconds = groups->p2pSeconds = 0;
+    busyS = 0;
+    const double lossSum = check(rank, pipeline.step(params.data(), grads.data(), lossScale, micro, onGroup,
+                                                     computeHook));
     const double computeS = secondsSince(t0);
     auto c0 = Clock::now();
+    if (groups->tied()) check(rank, sumTiedCopies(layout, grads.data(), groups->tied(), cfg.model.dModel,
+                                                  cfg.model.vocabSize));
     check(rank, dp.finishGradients(grads.data()));
-    // Loss (sum over sequences) and the squared gradient norm of this rank's ranges, summed over ranks. Without
-    // ZeRO every rank holds every gradient, so only rank 0's norm counts.
-    std::vector<double> sums{lossSum, (dp.zero1() || lead) ? adam.normSquared(grads.data()) : 0.0};
-    check(rank, dp.sum(sums));
+    // Loss (sum over sequences, from each replica's last stage) and the squared gradient norm, each parameter
+    // counted once: without ZeRO every replica holds the same gradients, so only replica 0's count.
+    std::vector<double> sums{countsLoss ? lossSum : 0.0, (dp.zero1() || dp.rank() == 0) ? adam.normSquared(grads.data())
+                                                                                        : 0.0};
+    worldSum(sums);
     commS += secondsSince(c0);
     const double loss = sums[0] / cfg.globalBatch, norm = std::sqrt(sums[1]);
     const float clip = cfg.gradClip > 0 && norm > cfg.gradClip ? static_cast<float>(cfg.gradClip / (norm + 1e-6)) : 1;
@@ -331,11 +486,14 @@ int main(int argc, char** argv) {
     lastLoss = loss;
     if (step > 0) {  // the first step warms caches and allocators
       totalCompute += computeS, totalComm += commS, totalTime += stepS, ++timedSteps;
+      totalBusy += busyS, totalPipe += computeS;
+      totalTp += groups->tpSeconds, totalP2p += groups->p2pSeconds;
     }
 
     const bool evalNow = (cfg.evalEvery > 0 && (step + 1) % cfg.evalEvery == 0) || step + 1 == cfg.steps;
     double valLoss = NAN;
-    if (evalNow) lastVal = valLoss = evaluate(model, params, val, cfg, dp);
+    if (evalNow)
+      lastVal = valLoss = evaluate(pipeline, params, val, cfg, role.replica, plan.dp, countsLoss, rank, worldSum);
     if (cfg.checkpointEvery > 0 && (step + 1) % cfg.checkpointEvery == 0 && step + 1 < cfg.steps)
       saveCheckpoint(step + 1);
     if (!lead) continue;
@@ -345,6 +503,8 @@ int main(int argc, char** argv) {
       nlohmann::json j{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                        {"tokens_per_s", tps}, {"mfu", mfu}, {"compute_ms", computeS * 1e3},
                        {"comm_ms", commS * 1e3}, {"step_ms", stepS * 1e3}};
+      if (hybrid) j["tp_comm_ms"] = groups->tpSeconds * 1e3, j["pipe_comm_ms"] = groups->p2pSeconds * 1e3;
+      if (!o.deviceSpeeds.empty()) j["emulated"] = true;
       if (evalNow) j["val_loss"] = valLoss;
       *json << j.dump() << "\n" << std::flush;
     }
@@ -354,19 +514,36 @@ int main(int argc, char** argv) {
                   "%.0f ms%s\n",
                   (long long)(step + 1), (long long)cfg.steps, loss, lr, norm, human(tps).c_str(), mfu * 100,
                   computeS * 1e3, commS * 1e3,
-                  evalNow ? (" | val " + std::to_string(valLoss).substr(0, 6)).c_str() : "");
+                  (evalNow ? (" | val " + std::to_string(valLoss).substr(0, 6)) : std::string()).append(
+                      o.deviceSpeeds.empty() ? "" : " | emulated").c_str());
     }
     progress.show(step + 1, loss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
   }
   progress.clear();
   saveCheckpoint(step);
 
+  // Means over the ranks: the pipeline's idle share and the time in each kind of group.
+  std::vector<double> means{totalPipe - totalBusy, totalPipe, totalTp, totalP2p, totalComm};
+  worldSum(means);
   if (lead) {
     const double tps = timedSteps ? tokensPerStep * timedSteps / totalTime : 0;
-    std::printf("summary: %lld steps, %s tokens in %.1f s | %s tok/s | MFU %.1f%% | compute %.0f%% comm %.0f%% of "
+    if (hybrid || plan.dp > 1) {
+      int minMicro = plan.microBatches[0];
+      for (int m : plan.microBatches) minMicro = std::min(minMicro, m);
+      std::printf("summary: pipeline bubble %.1f%% measured (time stages wait, mean over ranks), 1F1B ideal %.1f%% "
+                  "((S-1)/(M+S-1), S %d, M %d)%s\n",
+                  means[1] > 0 ? means[0] / means[1] * 100 : 0, 100.0 * (S - 1) / (minMicro + S - 1), S, minMicro,
+                  o.deviceSpeeds.empty() ? "" : " [emulated device speeds]");
+      std::printf("summary: communication per step, mean over ranks: tensor parallel %.1f ms, pipeline %.1f ms, "
+                  "data parallel + tied embedding %.1f ms\n",
+                  timedSteps ? means[2] / world / timedSteps * 1e3 : 0, timedSteps ? means[3] / world / timedSteps * 1e3 : 0,
+                  timedSteps ? means[4] / world / timedSteps * 1e3 : 0);
+    }
+    std::printf("summary: %lld steps, %s tokens in %.1f s | %s tok/s%s | MFU %.1f%% | compute %.0f%% comm %.0f%% of "
                 "step time\n",
                 (long long)cfg.steps, human(tokensPerStep * cfg.steps).c_str(), secondsSince(runStart),
-                human(tps).c_str(), model.flopsPerToken() * tps / (peakGflops * 1e9) * 100,
+                human(tps).c_str(), o.deviceSpeeds.empty() ? "" : " (emulated device speeds)",
+                model.flopsPerToken() * tps / (peakGflops * 1e9) * 100,
                 totalTime > 0 ? totalCompute / totalTime * 100 : 0, totalTime > 0 ? totalComm / totalTime * 100 : 0);
     std::printf("summary: final train loss %.4f, validation loss %.4f (unigram entropy of the data %.4f nats)\n",
                 lastLoss, lastVal, unigramNats);

@@ -16,7 +16,7 @@ AdamW::AdamW(const TrainConfig& cfg, const ParamLayout& layout, std::vector<std:
     // Padding between tensors is skipped: it has no tensor, so no run.
     for (const ParamTensor& t : layout.tensors()) {
       const size_t lo = std::max(begin, t.offset), hi = std::min(end, t.offset + t.numel);
-      if (lo < hi) runs_.push_back(Run{lo, hi - lo, state + (lo - begin), t.decay});
+      if (lo < hi) runs_.push_back(Run{lo, hi - lo, state + (lo - begin), t.decay, t.inNorm});
     }
     state += length;
   }
@@ -36,7 +36,8 @@ void AdamW::step(float* params, float* grads, float lr, float gradScale) {
 
 double AdamW::normSquared(const float* grads) const {
   double sum = 0;
-  for (const Run& r : runs_) sum += nn::globalNormSquared(grads + r.offset, r.length);
+  for (const Run& r : runs_)
+    if (r.inNorm) sum += nn::globalNormSquared(grads + r.offset, r.length);
   return sum;
 }
 

@@ -19,7 +19,7 @@ class AdamW {
   // One update of the owned ranges with learning rate lr; gradScale multiplies the gradients first (clipping).
   // Advances the step count (bias correction uses it).
   void step(float* params, float* grads, float lr, float gradScale);
-  // Squared L2 norm of the owned ranges of grads.
+  // Squared L2 norm of the owned ranges of grads (tensors with inNorm only: each parameter counted once).
   double normSquared(const float* grads) const;
 
   int64_t steps() const { return t_; }
@@ -33,6 +33,7 @@ class AdamW {
   struct Run {  // a piece of one tensor inside one owned range
     size_t offset, length, state;  // flat offset, floats, index into m_/v_
     bool decay;
+    bool inNorm;  // ParamTensor::inNorm
   };
   TrainConfig cfg_;
   std::vector<std::pair<size_t, size_t>> owned_;

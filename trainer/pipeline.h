@@ -1,0 +1,103 @@
+// pipeline.h: one rank's part of a TP x PP x DP run: the communicators its roles need, and the 1F1B pipeline
+// schedule over its replica's micro-batches.
+//
+// Communicators (hetcommCommSplit of the world, every rank calling in the same order):
+//   tp    the ranks of this (replica, stage): the model's TpGroup, and the all-gather that re-shards an
+//         activation arriving at the stage boundary;
+//   dp    the ranks with this (stage, tp rank) in every replica: the gradient buckets (DataParallel, ZeRO-1);
+//   tied  the first and last stage of this replica (two stages or more): they sum the gradients of their two
+//         copies of the tied wte;
+//   fwd, bwd  copies of the world for activations going forward and gradients going backward, so a send
+//         queued one way never holds up a receive the other way.
+//
+// Stage boundaries: both sides hold the residual stream whole on every TP rank. The receiving stage's rank j
+// takes slice j of its TP degree's slices from the sending stage's rank j mod (sender's TP degree), and the
+// receiving TP group all-gathers the slices: each byte crosses the boundary once, whatever the two degrees
+// (FlashFlex's asymmetric stages).
+//
+// 1F1B (PipeDream-Flush / Megatron): stage s runs min(S - s - 1, M) forwards, then alternates one forward and
+// one backward, then the remaining backwards; so at most S - s micro-batches are in flight on it.
+#pragma once
+
+#include <hetcomm/hetcomm.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "trainer/error.h"
+#include "trainer/model.h"
+#include "trainer/plan.h"
+
+namespace hetcomm::trainer {
+
+class HybridGroups {
+ public:
+  // world: every rank (not owned). Collective over world.
+  static Result<std::unique_ptr<HybridGroups>> create(hetcommComm_t world, const ParallelPlan& plan,
+                                                      const RoleTable& table);
+  ~HybridGroups();
+  HybridGroups(const HybridGroups&) = delete;
+  HybridGroups& operator=(const HybridGroups&) = delete;
+
+  const Role& role() const { return role_; }
+  int stages() const { return stages_; }
+  hetcommComm_t dp() const { return dp_; }
+  hetcommComm_t tied() const { return tied_; }  // null unless this rank is on the first or last of >= 2 stages
+  TpGroup* tpGroup() const { return tpGroup_.get(); }  // null at TP degree 1
+  hetcommComm_t tp() const { return tp_; }
+  hetcommComm_t fwd() const { return fwd_; }
+  hetcommComm_t bwd() const { return bwd_; }
+  // Global ranks of stage `stage`'s TP group in this rank's replica.
+  const std::vector<int>& stageRanks(int stage) const { return ranks_[stage]; }
+  // Seconds spent in each group's communication since the last take (tp, pipeline p2p), for the log.
+  double tpSeconds = 0, p2pSeconds = 0;
+
+ private:
+  HybridGroups() = default;
+  Role role_;
+  int stages_ = 1;
+  std::vector<std::vector<int>> ranks_;
+  hetcommComm_t tp_ = nullptr, dp_ = nullptr, tied_ = nullptr, fwd_ = nullptr, bwd_ = nullptr;
+  std::unique_ptr<TpGroup> tpGroup_;
+};
+
+// What a step's pipeline needs to know about one micro-batch: its tokens and targets (first / last stage).
+struct MicroBatch {
+  const int32_t* tokens = nullptr;
+  const int32_t* targets = nullptr;
+  int sequences = 0;
+};
+
+class Pipeline {
+ public:
+  // model: this rank's stage (built with slots() slots); not owned.
+  Pipeline(HybridGroups& groups, Gpt& model, const ModelConfig& cfg, int maxBatch, int microBatches);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+  // Slots the model needs: micro-batches in flight on this stage.
+  static int slotsFor(int stage, int stages, int microBatches);
+
+  // One step's 1F1B over `micro` (the replica's micro-batches, in order): accumulates gradients into grads;
+  // groupDone as Gpt::backward, from the last micro-batch's backward. Returns the sum over micro-batches of
+  // loss * sequences on the last stage, 0 elsewhere. computeHook(seconds) runs after each forward or backward
+  // with its compute time (device-speed emulation).
+  Result<double> step(const float* params, float* grads, float lossScale, const std::vector<MicroBatch>& micro,
+                      const std::function<void(int)>& groupDone, const std::function<void(double)>& computeHook);
+  // Forward only (evaluation), one micro-batch after another: the sum of loss * sequences on the last stage.
+  Result<double> evaluate(const float* params, const std::vector<MicroBatch>& micro);
+
+ private:
+  Result<void> sendBoundary(const float* buf, size_t floats, int toStage, hetcommComm_t comm, hetcommStream_t stream);
+  Result<void> recvBoundary(float* buf, size_t floats, int fromStage, hetcommComm_t comm);
+
+  HybridGroups& g_;
+  Gpt& model_;
+  int C_, T_, stage_, stages_;
+  hetcommStream_t fwdStream_ = nullptr, bwdStream_ = nullptr;
+  std::vector<std::vector<float>> outs_, dins_;  // per micro-batch: sent activations / input gradients
+  std::vector<float> in_, dout_, slice_, evalOut_;
+};
+
+}  // namespace hetcomm::trainer
