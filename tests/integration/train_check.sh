@@ -10,35 +10,10 @@
 set -uo pipefail
 bin=$1
 src=$2
-work=$(mktemp -d /tmp/hetcomm-train-check.XXXXXX)
-trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
-passed=0
-failed=0
-check() {  # description, condition (exit status of the previous command)
-  if [ "$2" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAILED: $1"; fi
-}
 small=(--config "$src/configs/gpt-tiny.json" --n-layer 2 --n-head 2 --d-model 64 --seq-len 64 --micro-batch 4 --global-batch 8 --steps 10 --warmup 2
        --eval-every 5 --eval-batches 2 --threads 1 --no-progress)
-train() {  # name, ranks, extra args...: runs hetcomm-train, losses into $work/name.json, output into name.log
-  local name=$1 np=$2
-  shift 2
-  "$bin/hetcomm-run" -np "$np" "$bin/hetcomm-train" "${small[@]}" --log-json "$work/$name.json" "$@" \
-    >"$work/$name.log" 2>&1
-}
-# compare A B TOL [FIRST_STEP]: the losses of the steps both logs have agree within TOL (relative; 0 = exactly).
-compare() {
-  python3 - "$work/$1.json" "$work/$2.json" "$3" "${4:-1}" <<'PY'
-import json, sys
-def losses(path):
-    return {j["step"]: j["loss"] for j in map(json.loads, open(path))}
-a, b, tol, first = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-steps = [s for s in sorted(a) if s >= first]
-bad = [s for s in steps if s not in b or abs(a[s] - b[s]) > tol * abs(a[s])]
-if not steps or bad:
-    for s in bad or steps: print("  step %d: %r vs %r" % (s, a.get(s), b.get(s)))
-    sys.exit(1)
-PY
-}
+# shellcheck source=train_lib.sh
+source "$src/tests/integration/train_lib.sh"
 
 train one 1; check "1 rank runs" $?
 train one_again 1; check "1 rank runs again" $?
@@ -76,8 +51,4 @@ check "a checkpoint with a flipped byte is refused (checksum)" $?
 [ $? != 0 ] && grep -q "global_batch" "$work/uneven.log"
 check "a global batch 3 ranks cannot share is refused" $?
 
-if [ "$failed" != 0 ]; then
-  for f in "$work"/*.log; do echo "== $f"; tail -5 "$f"; done
-fi
-echo "train_check: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+finish train_check
