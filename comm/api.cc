@@ -703,6 +703,20 @@ hetcommResult_t hetcommCommRankPlacement(const hetcommComm_t comm, int rank, int
   });
 }
 
+hetcommResult_t hetcommCommRankDevice(const hetcommComm_t comm, int rank, double* peakTflops, size_t* memoryBytes) {
+  return guard("hetcommCommRankDevice", [&]() -> Status {
+    HC_ASSIGN_OR_RETURN(Communicator * c, liveComm(comm));
+    if (c->state() != Communicator::kReady && c->state() != Communicator::kFinalized)
+      return hetcomm::invalidUsage("the communicator is not initialized yet");
+    if (rank < 0 || rank >= c->nranks())
+      return hetcomm::invalidArgument("rank %d: must be a rank of the communicator, in [0, %d)", rank, c->nranks());
+    const hetcomm::topo::Gpu* gpu = c->gpuOf(rank);
+    if (peakTflops) *peakTflops = gpu ? gpu->peakTflops : 0;
+    if (memoryBytes) *memoryBytes = gpu ? static_cast<size_t>(gpu->memoryBytes) : 0;
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count, hetcommDataType_t datatype,
                                  hetcommRedOp_t op, hetcommComm_t comm, hetcommStream_t stream) {
   return guard("hetcommAllReduce", [&] {

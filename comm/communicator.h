@@ -24,6 +24,7 @@
 
 namespace hetcomm::topo {
 class ClusterView;
+struct Gpu;
 class LinkMatrix;
 }  // namespace hetcomm::topo
 
@@ -76,6 +77,8 @@ class Communicator {
   // Where rank r runs: its host and island, numbered densely from 0 (after init).
   int hostOf(int r) const { return group_.hostOf(r); }
   int islandOf(int r) const { return group_.islandOf(r); }
+  // The GPU rank r drives, from the topology; nullptr when its host has none (after init).
+  const topo::Gpu* gpuOf(int r) const;
 
   // The transport chosen for a peer and why (after init).
   const PairChoice& transportTo(int peer) const { return choices_[peer]; }

@@ -34,6 +34,7 @@
 #include "trainer/config.h"
 #include "trainer/data.h"
 #include "trainer/data_parallel.h"
+#include "trainer/emulated_stage.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model.h"
 #include "trainer/optimizer.h"
@@ -65,6 +66,9 @@ struct Options {
   std::string plan, assignment = "nic";
   int tp = 1, pp = 1;
   std::vector<double> deviceSpeeds;
+  bool emulateCompute = false;
+  double referenceGflops = 0;
+  std::vector<uint64_t> memoryLimits;
 };
 
 // Ranks on this host, from whichever launcher started us (for the BLAS thread share).
@@ -164,6 +168,71 @@ ht::Result<void> sumTiedCopies(const ht::ParamLayout& layout, float* grads, hetc
   return {};
 }
 
+std::string bytesText(double b) {
+  char buf[32];
+  if (b >= double(1 << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1 << 30));
+  else if (b >= double(1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1 << 20));
+  else std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024);
+  return buf;
+}
+
+// What one rank holds while training (for --memory-limits): its parameters and gradients, AdamW's two moments
+// for the ranges it updates, the activations of the micro-batches in flight with the backward's scratch, and
+// the pipeline's boundary buffers. Not counted: the communication library's staging buffers and the one-off
+// whole-model initialisation at start.
+struct MemoryNeed {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
+  double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+MemoryNeed memoryNeed(const ht::TrainConfig& cfg, const ht::Shard& shard, const ht::ParamLayout& layout,
+                      const ht::DataParallel& dp, int slots, int microBatches, int stage, int stages) {
+  MemoryNeed m;
+  m.params = m.grads = double(layout.totalFloats()) * sizeof(float);
+  for (auto [off, len] : dp.ownedRanges()) m.optimizer += 2.0 * double(len) * sizeof(float);
+  m.activations = double(slots) * ht::Gpt::slotBytes(cfg.model, shard, cfg.microBatch) +
+                  ht::Gpt::scratchBytes(cfg.model, shard, cfg.microBatch);
+  m.buffers = ht::Pipeline::bufferBytes(cfg.model, cfg.microBatch, microBatches, stage, stages);
+  return m;
+}
+
+// Every rank's need against its limit, collectively: every rank exits when any rank does not fit (the lead
+// names each one with its numbers), so none is left waiting in a collective. Returns the line for the start-up
+// report.
+std::string checkMemory(const MemoryNeed& need, uint64_t limit, const ht::RoleTable& table, int rank, int world,
+                        const std::function<void(std::vector<double>&)>& worldSum) {
+  constexpr int kFields = 6;
+  std::vector<double> all(size_t(world) * kFields, 0.0);
+  const double mine[kFields] = {need.params, need.grads, need.optimizer, need.activations, need.buffers,
+                                double(limit)};
+  std::copy(mine, mine + kFields, all.begin() + size_t(rank) * kFields);
+  worldSum(all);
+  std::string refused;
+  int worst = 0;
+  double worstShare = 0;
+  for (int r = 0; r < world; ++r) {
+    const double* f = all.data() + size_t(r) * kFields;
+    const MemoryNeed n{f[0], f[1], f[2], f[3], f[4]};
+    if (n.total() / f[5] > worstShare) worstShare = n.total() / f[5], worst = r;
+    if (n.total() <= f[5]) continue;
+    const ht::Role& role = table.of[r];
+    refused += "\n  rank " + std::to_string(r) + " (replica " + std::to_string(role.replica) + ", stage " +
+               std::to_string(role.stage) + ", tp rank " + std::to_string(role.tpRank) + ") needs " +
+               bytesText(n.total()) + " > its limit " + bytesText(f[5]) + ": parameters " + bytesText(n.params) +
+               ", gradients " + bytesText(n.grads) + ", AdamW state " + bytesText(n.optimizer) + ", activations " +
+               bytesText(n.activations) + ", pipeline buffers " + bytesText(n.buffers);
+  }
+  if (!refused.empty()) {
+    if (rank == 0)
+      std::fprintf(stderr, "hetcomm-train [rank 0]: error: the plan does not fit --memory-limits:%s\n",
+                   refused.c_str());
+    std::exit(1);
+  }
+  const double* f = all.data() + size_t(worst) * kFields;
+  return "memory: every rank fits its limit; fullest rank " + std::to_string(worst) + " needs " +
+         bytesText(MemoryNeed{f[0], f[1], f[2], f[3], f[4]}.total()) + " of " + bytesText(f[5]) + "\n";
+}
+
 class Progress {
  public:
   Progress(bool on, int64_t total) : on_(on), total_(total) {}
@@ -227,6 +296,17 @@ int main(int argc, char** argv) {
   app.add_option("--device-speeds", o.deviceSpeeds, "relative compute speed per rank (e.g. 1,1,0.5,0.5): each "
                                                      "rank's measured compute is stretched to emulate that device")
       ->delimiter(',');
+  app.add_flag("--emulate-compute", o.emulateCompute,
+               "skip the math: wait each layer's FLOPs / (device speed x reference FLOP/s); messages keep their real "
+               "sizes (planning runs with more ranks than cores; losses are not computed)");
+  app.add_option("--reference-gflops", o.referenceGflops,
+                 "FLOP/s of a speed-1 device for --emulate-compute, in GFLOP/s (default: the topology file's fastest "
+                 "GPU peak, else rank 0's measured fp32 GEMM rate)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--memory-limits", o.memoryLimits, "bytes per rank (one value for all, or one per rank; suffixes "
+                                                    "K M G, binary): a plan that does not fit is refused at start")
+      ->delimiter(',')
+      ->transform(CLI::AsSizeValue(false));
   CLI11_PARSE(app, argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // log lines reach a file or pipe as they happen
 
@@ -290,7 +370,30 @@ int main(int argc, char** argv) {
         die(rank, "--device-speeds: entry " + std::to_string(r) + " is " + std::to_string(o.deviceSpeeds[r]) +
                       "; a relative speed lies in (0, 1]");
   }
+  // Without --device-speeds, the topology file's GPU peaks (HETCOMM_TOPO_FILE "gpus" entries) give them, relative
+  // to the fastest, when it gives one for every rank.
+  std::string speedSource = "--device-speeds";
+  double topoPeakTflops = 0;
+  {
+    std::vector<double> peaks(world, 0.0);
+    for (int r = 0; r < world; ++r)
+      if (hetcommResult_t pr = hetcommCommRankDevice(comm, r, &peaks[r], nullptr); pr != hetcommSuccess)
+        die(rank, ht::commError("hetcommCommRankDevice", pr, comm).message());
+    const auto [lo, hi] = std::minmax_element(peaks.begin(), peaks.end());
+    topoPeakTflops = *lo > 0 ? *hi : 0;
+    if (o.deviceSpeeds.empty() && *lo > 0 && *lo < *hi) {
+      for (double p : peaks) o.deviceSpeeds.push_back(p / *hi);
+      speedSource = "the topology file's GPU peaks";
+    } else if (o.deviceSpeeds.empty() && *lo == 0 && *hi > 0 && rank == 0) {
+      std::printf("note: the topology file gives GPU peaks for some ranks but not all (rank %d has none): device "
+                  "speeds not taken from it\n", int(lo - peaks.begin()));
+    }
+  }
   const double speed = o.deviceSpeeds.empty() ? 1.0 : o.deviceSpeeds[rank];
+  const bool emulated = !o.deviceSpeeds.empty() || o.emulateCompute;  // figures say so
+  if (!o.memoryLimits.empty() && o.memoryLimits.size() != 1 && static_cast<int>(o.memoryLimits.size()) != world)
+    die(rank, "--memory-limits has " + std::to_string(o.memoryLimits.size()) + " entries for " +
+                  std::to_string(world) + " ranks: give one for every rank, or one for all");
   ht::Placement where;
   for (int r = 0; r < world; ++r) {
     int host = 0, island = 0;
@@ -309,6 +412,8 @@ int main(int argc, char** argv) {
   if (hybrid && (!cfg.checkpointDir.empty() || !o.resume.empty()))
     die(rank, "checkpoints of tensor- or pipeline-parallel runs are not supported yet: --checkpoint-dir, "
               "checkpoint_dir and --resume need --tp 1 --pp 1 and a plan of one stage at tensor_parallel 1");
+  if (o.emulateCompute && (!cfg.checkpointDir.empty() || !o.resume.empty()))
+    die(rank, "--emulate-compute computes no parameters: it takes no --checkpoint-dir, checkpoint_dir or --resume");
   const int accum = plan.microBatches[role.replica];
   auto worldSum = [&](std::vector<double>& v) {
     if (world == 1) return;
@@ -333,13 +438,34 @@ int main(int argc, char** argv) {
                         .tp = plan.stages[role.stage].tp, .tpRank = role.tpRank};
   const size_t bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
   ht::ParamLayout layout(cfg.model, shard, bucketBytes, plan.dp);
-  ht::Gpt model(cfg.model, layout, cfg.microBatch, ht::Pipeline::slotsFor(role.stage, S, accum), groups->tpGroup());
-  ht::Pipeline pipeline(*groups, model, cfg.model, cfg.microBatch, accum);
   ht::DataParallel dp(groups->dp(), layout, o.zero == 1);
+  const int slots = ht::Pipeline::slotsFor(role.stage, S, accum);
+  std::string memoryLine;
+  if (!o.memoryLimits.empty()) {
+    const MemoryNeed need = memoryNeed(cfg, shard, layout, dp, slots, accum, role.stage, S);
+    const uint64_t limit = o.memoryLimits.size() == 1 ? o.memoryLimits[0] : o.memoryLimits[rank];
+    memoryLine = checkMemory(need, limit, table, rank, world, worldSum);
+  }
+  // Reference rate of a speed-1 device for --emulate-compute: given, the topology's fastest GPU, or rank 0's
+  // GEMM rate measured while the others wait (a core of its own, as an emulated device has).
+  double referenceGflops = o.referenceGflops > 0 ? o.referenceGflops : topoPeakTflops * 1e3;
+  if (o.emulateCompute && referenceGflops == 0) {
+    std::vector<double> r{lead ? measureGemmGflops([] {}) : 0.0};
+    worldSum(r);
+    referenceGflops = r[0];
+  }
+  std::unique_ptr<ht::StageModel> model;
+  if (o.emulateCompute)
+    model = std::make_unique<ht::EmulatedStage>(cfg.model, layout.shard(), cfg.microBatch, slots, groups->tpGroup(),
+                                                speed * referenceGflops * 1e9);
+  else
+    model = std::make_unique<ht::Gpt>(cfg.model, layout, cfg.microBatch, slots, groups->tpGroup());
+  ht::Pipeline pipeline(*groups, *model, cfg.model, cfg.microBatch, accum);
   ht::AdamW adam(cfg, layout, dp.ownedRanges());
   ht::LrSchedule schedule(cfg);
   std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
-  {  // every rank initialises the whole model from the seed and keeps its part: any plan starts identically
+  if (!o.emulateCompute) {  // every rank initialises the whole model from the seed and keeps its part: any plan
+                            // starts identically
     const ht::ParamLayout full(cfg.model, bucketBytes, 1);
     std::vector<float> whole(full.totalFloats());
     ht::Gpt(cfg.model, full, 1).initParams(whole.data(), cfg.seed);
@@ -362,10 +488,12 @@ int main(int argc, char** argv) {
     step = s.step;
     if (lead) std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)step);
   }
-  std::vector<double> gemm{measureGemmGflops([&] {
+  // MFU's peak: the sum over ranks of each one's measured fp32 GEMM rate (or, emulating, the reference rate),
+  // times its device speed.
+  std::vector<double> gemm{(o.emulateCompute ? referenceGflops : measureGemmGflops([&] {
     std::vector<double> z{0.0};
     worldSum(z);
-  }) * speed};
+  })) * speed};
   worldSum(gemm);
   const double peakGflops = gemm[0];
 
@@ -385,10 +513,15 @@ int main(int argc, char** argv) {
       std::printf("%s", ht::formatRoleTable(table, where, plan).c_str());
     }
     if (!o.deviceSpeeds.empty()) {
-      std::printf("emulated device speeds (compute stretched, figures marked emulated):");
+      std::printf("emulated device speeds (from %s; %s, figures marked emulated):", speedSource.c_str(),
+                  o.emulateCompute ? "waits scaled" : "compute stretched");
       for (double v : o.deviceSpeeds) std::printf(" %g", v);
       std::printf("\n");
     }
+    if (o.emulateCompute)
+      std::printf("emulated compute: no math; each layer waits its FLOPs / (device speed x %.1f GFLOP/s); messages "
+                  "at their real sizes; losses not computed\n",
+                  referenceGflops);
     std::printf("model: %d layers, %d heads, d_model %d, seq_len %d, vocab %d: %s parameters\n", cfg.model.nLayer,
                 cfg.model.nHead, cfg.model.dModel, T, cfg.model.vocabSize,
                 human(static_cast<double>(layout.parameterCount())).c_str());
@@ -398,8 +531,9 @@ int main(int argc, char** argv) {
     std::printf("data: %zu file%s, %s train / %s validation tokens; unigram entropy %.4f nats\n", files.size(),
                 files.size() > 1 ? "s" : "", human(double(dataset.tokens(ht::Split::kTrain).size())).c_str(),
                 human(double(dataset.tokens(ht::Split::kVal).size())).c_str(), unigramNats);
-    std::printf("buckets: %zu of about %.1f MiB; measured fp32 GEMM peak %.1f GFLOP/s over all ranks\n",
-                layout.buckets().size(), o.bucketMb, peakGflops);
+    std::printf("buckets: %zu of about %.1f MiB; %s fp32 GEMM peak %.1f GFLOP/s over all ranks\n",
+                layout.buckets().size(), o.bucketMb, o.emulateCompute ? "emulated" : "measured", peakGflops);
+    std::printf("%s", memoryLine.c_str());
   }
   std::unique_ptr<std::ofstream> json;
   if (lead && !o.logJson.empty()) {
@@ -437,9 +571,13 @@ int main(int argc, char** argv) {
     if (speed < 1) std::this_thread::sleep_for(std::chrono::duration<double>(seconds * (1 / speed - 1)));
   };
   double busyS = 0;
-  auto computeHook = [&](double seconds) {
-    stretch(seconds);
-    busyS += seconds / speed;
+  auto computeHook = [&](double computeS, double tpS) {
+    if (o.emulateCompute) {  // the emulated stage's waits already run at the device's speed
+      busyS += computeS + tpS;
+      return;
+    }
+    stretch(computeS);
+    busyS += computeS / speed + tpS;
   };
   const auto runStart = Clock::now();
   for (; step < cfg.steps; ++step) {
@@ -490,7 +628,8 @@ int main(int argc, char** argv) {
       totalTp += groups->tpSeconds, totalP2p += groups->p2pSeconds;
     }
 
-    const bool evalNow = (cfg.evalEvery > 0 && (step + 1) % cfg.evalEvery == 0) || step + 1 == cfg.steps;
+    const bool evalNow =
+        !o.emulateCompute && ((cfg.evalEvery > 0 && (step + 1) % cfg.evalEvery == 0) || step + 1 == cfg.steps);
     double valLoss = NAN;
     if (evalNow)
       lastVal = valLoss = evaluate(pipeline, params, val, cfg, role.replica, plan.dp, countsLoss, rank, worldSum);
@@ -498,24 +637,30 @@ int main(int argc, char** argv) {
       saveCheckpoint(step + 1);
     if (!lead) continue;
     const double tps = tokensPerStep / stepS;
-    const double mfu = model.flopsPerToken() * tps / (peakGflops * 1e9);
+    const double mfu = ht::Gpt::flopsPerToken(cfg.model) * tps / (peakGflops * 1e9);
     if (json) {
-      nlohmann::json j{{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+      nlohmann::json j{{"step", step + 1}, {"loss", o.emulateCompute ? nlohmann::json() : nlohmann::json(loss)},
+                       {"lr", lr}, {"grad_norm", norm},
                        {"tokens_per_s", tps}, {"mfu", mfu}, {"compute_ms", computeS * 1e3},
                        {"comm_ms", commS * 1e3}, {"step_ms", stepS * 1e3}};
       if (hybrid) j["tp_comm_ms"] = groups->tpSeconds * 1e3, j["pipe_comm_ms"] = groups->p2pSeconds * 1e3;
-      if (!o.deviceSpeeds.empty()) j["emulated"] = true;
+      if (emulated) j["emulated"] = true;
       if (evalNow) j["val_loss"] = valLoss;
       *json << j.dump() << "\n" << std::flush;
     }
     if ((cfg.logEvery > 0 && (step + 1) % cfg.logEvery == 0) || step == 0 || evalNow) {
       progress.clear();
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %s tok/s | MFU %.1f%% | compute %.0f ms | comm "
+      char lossText[32] = "-", normText[32] = "-";  // emulating, neither is computed
+      if (!o.emulateCompute) {
+        std::snprintf(lossText, sizeof lossText, "%.4f", loss);
+        std::snprintf(normText, sizeof normText, "%.3f", norm);
+      }
+      std::printf("step %5lld/%lld | loss %s | lr %.2e | norm %s | %s tok/s | MFU %.1f%% | compute %.0f ms | comm "
                   "%.0f ms%s\n",
-                  (long long)(step + 1), (long long)cfg.steps, loss, lr, norm, human(tps).c_str(), mfu * 100,
+                  (long long)(step + 1), (long long)cfg.steps, lossText, lr, normText, human(tps).c_str(), mfu * 100,
                   computeS * 1e3, commS * 1e3,
                   (evalNow ? (" | val " + std::to_string(valLoss).substr(0, 6)) : std::string()).append(
-                      o.deviceSpeeds.empty() ? "" : " | emulated").c_str());
+                      emulated ? " | emulated" : "").c_str());
     }
     progress.show(step + 1, loss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
   }
@@ -533,7 +678,7 @@ int main(int argc, char** argv) {
       std::printf("summary: pipeline bubble %.1f%% measured (time stages wait, mean over ranks), 1F1B ideal %.1f%% "
                   "((S-1)/(M+S-1), S %d, M %d)%s\n",
                   means[1] > 0 ? means[0] / means[1] * 100 : 0, 100.0 * (S - 1) / (minMicro + S - 1), S, minMicro,
-                  o.deviceSpeeds.empty() ? "" : " [emulated device speeds]");
+                  emulated ? " [emulated]" : "");
       std::printf("summary: communication per step, mean over ranks: tensor parallel %.1f ms, pipeline %.1f ms, "
                   "data parallel + tied embedding %.1f ms\n",
                   timedSteps ? means[2] / world / timedSteps * 1e3 : 0, timedSteps ? means[3] / world / timedSteps * 1e3 : 0,
@@ -542,11 +687,13 @@ int main(int argc, char** argv) {
     std::printf("summary: %lld steps, %s tokens in %.1f s | %s tok/s%s | MFU %.1f%% | compute %.0f%% comm %.0f%% of "
                 "step time\n",
                 (long long)cfg.steps, human(tokensPerStep * cfg.steps).c_str(), secondsSince(runStart),
-                human(tps).c_str(), o.deviceSpeeds.empty() ? "" : " (emulated device speeds)",
-                model.flopsPerToken() * tps / (peakGflops * 1e9) * 100,
+                human(tps).c_str(), emulated ? " (emulated)" : "", ht::Gpt::flopsPerToken(cfg.model) * tps / (peakGflops * 1e9) * 100,
                 totalTime > 0 ? totalCompute / totalTime * 100 : 0, totalTime > 0 ? totalComm / totalTime * 100 : 0);
-    std::printf("summary: final train loss %.4f, validation loss %.4f (unigram entropy of the data %.4f nats)\n",
-                lastLoss, lastVal, unigramNats);
+    if (o.emulateCompute)
+      std::printf("summary: losses not computed (--emulate-compute)\n");
+    else
+      std::printf("summary: final train loss %.4f, validation loss %.4f (unigram entropy of the data %.4f nats)\n",
+                  lastLoss, lastVal, unigramNats);
   }
   hetcommCommFinalize(comm);
   hetcommCommDestroy(comm);

@@ -54,44 +54,76 @@ nn::IdCheck checkIds(const char* what, const int32_t* ids, size_t n, int limit) 
 
 }  // namespace
 
+// The floats of every buffer, in the order of layerFields, slotFields and scratchFields: what the constructor
+// allocates and what the memory estimates count.
+struct Gpt::Dims {
+  size_t B, T, BT, C, Cl, NHl, Vl;
+  bool head;
+  Dims(const ModelConfig& cfg, const Shard& shard, int maxBatch)
+      : B(maxBatch), T(cfg.seqLen), BT(B * T), C(cfg.dModel), Cl(C / shard.tp), NHl(cfg.nHead / shard.tp),
+        Vl(cfg.vocabSize / shard.tp), head(shard.head) {}
+  std::array<size_t, 15> layer() const {
+    return {BT * C, BT, BT, BT * 3 * Cl, BT * Cl, B * NHl * T * T, BT * C, BT * C, BT * C, BT, BT, BT * 4 * Cl,
+            BT * 4 * Cl, BT * C, BT * C};
+  }
+  std::array<size_t, 6> slot() const {
+    const size_t h = head ? 1 : 0;
+    return {BT * C, h * BT * C, h * BT, h * BT, h * BT * Vl, h * BT};
+  }
+  std::array<size_t, 10> scratch() const {
+    return {BT * C, BT * C, head ? BT * Vl : 0, BT * C, BT * 3 * Cl, BT * Cl, T * T, BT * 4 * Cl, BT * 4 * Cl, 3 * BT};
+  }
+};
+
+namespace {
+template <class A> size_t sum(const A& a) {
+  size_t n = 0;
+  for (size_t v : a) n += v;
+  return n;
+}
+}  // namespace
+
+size_t Gpt::slotBytes(const ModelConfig& cfg, const Shard& shard, int maxBatch) {
+  const Dims d(cfg, shard, maxBatch);
+  const int layers = shard.layers < 0 ? cfg.nLayer : shard.layers;
+  return (sum(d.slot()) + layers * sum(d.layer())) * sizeof(float) + 2 * d.BT * sizeof(int32_t);
+}
+
+size_t Gpt::scratchBytes(const ModelConfig& cfg, const Shard& shard, int maxBatch) {
+  return sum(Dims(cfg, shard, maxBatch).scratch()) * sizeof(float);
+}
+
+size_t Gpt::allocatedBytes() const {
+  size_t bytes = 0;
+  for (const Slot& s : slots_) {
+    bytes += (s.tokens.size() + s.targets.size()) * sizeof(int32_t);
+    for (const auto* v : slotFields(s)) bytes += v->size() * sizeof(float);
+    for (const Layer& l : s.layers)
+      for (const auto* v : layerFields(l)) bytes += v->size() * sizeof(float);
+  }
+  for (const auto* v : scratchFields(*this)) bytes += v->size() * sizeof(float);
+  return bytes;
+}
+
 Gpt::Gpt(const ModelConfig& cfg, const ParamLayout& layout, int maxBatch, int slots, TpGroup* tp)
     : cfg_(cfg), layout_(layout), shard_(layout.shard()), tp_(tp), maxBatch_(maxBatch) {
   const int t = shard_.tp;
   if (t > 1 && tp == nullptr) throw std::invalid_argument("Gpt: a tensor-parallel shard needs its TP group");
   if (t == 1) tp_ = nullptr;
   C_ = cfg.dModel, Cl_ = C_ / t, NHl_ = cfg.nHead / t, Vl_ = cfg.vocabSize / t, vBegin_ = shard_.tpRank * Vl_;
-  const size_t BT = size_t(maxBatch) * cfg.seqLen, C = C_, Cl = Cl_, T = cfg.seqLen;
+  const Dims d(cfg, shard_, maxBatch);
+  auto allocate = [](auto fields, const auto& sizes) {
+    for (size_t i = 0; i < sizes.size(); ++i) fields[i]->resize(sizes[i]);
+  };
   slots_.resize(std::max(1, slots));
   for (Slot& s : slots_) {
-    s.tokens.resize(BT);
-    s.targets.resize(BT);
-    s.encoded.resize(BT * C);
+    s.tokens.resize(d.BT);
+    s.targets.resize(d.BT);
+    allocate(slotFields(s), d.slot());
     s.layers.resize(shard_.layers);
-    for (Layer& l : s.layers) {
-      for (auto* v : {&l.ln1, &l.attnProj, &l.res2, &l.ln2, &l.fcProj, &l.res3}) v->resize(BT * C);
-      for (auto* v : {&l.ln1Mean, &l.ln1Rstd, &l.ln2Mean, &l.ln2Rstd}) v->resize(BT);
-      l.atty.resize(BT * Cl);
-      l.qkv.resize(BT * 3 * Cl);
-      l.att.resize(size_t(maxBatch) * NHl_ * T * T);
-      l.fch.resize(BT * 4 * Cl);
-      l.fchGelu.resize(BT * 4 * Cl);
-    }
-    if (shard_.head) {
-      s.lnf.resize(BT * C);
-      s.lnfMean.resize(BT);
-      s.lnfRstd.resize(BT);
-      s.probs.resize(BT * Vl_);
-      s.losses.resize(BT);
-    }
+    for (Layer& l : s.layers) allocate(layerFields(l), d.layer());
   }
-  for (auto* v : {&dresidual_, &dlnf_, &dln_}) v->resize(BT * C);
-  datty_.resize(BT * Cl);
-  if (shard_.head) dlogits_.resize(BT * Vl_);
-  dqkv_.resize(BT * 3 * Cl);
-  datt_.resize(T * T);
-  dfch_.resize(BT * 4 * Cl);
-  dfchGelu_.resize(BT * 4 * Cl);
-  stats_.resize(3 * BT);
+  allocate(scratchFields(*this), d.scratch());
   groupBase_.assign(layout.groups(), 0);
   for (size_t i = layout.tensors().size(); i-- > 0;) groupBase_[layout.tensors()[i].group] = i;
 }
@@ -334,28 +366,11 @@ Result<void> Gpt::backwardStage(int slot, const float* params, float* grads, flo
   return {};
 }
 
-double Gpt::shardFlopsPerToken() const {
-  const double C = cfg_.dModel, T = cfg_.seqLen, L = shard_.layers, V = cfg_.vocabSize, t = shard_.tp;
-  const double matmulParams = (L * 12 * C * C + (shard_.head ? V * C : 0)) / t;
-  return 6 * matmulParams + 6 * L * 2 * T * C / t;
-}
-
-size_t Gpt::slotBytes() const {
-  const Slot& s = slots_[0];
-  size_t floats = s.encoded.size() + s.lnf.size() + s.lnfMean.size() + s.lnfRstd.size() + s.probs.size() +
-                  s.losses.size() + s.tokens.size() + s.targets.size();
-  for (const Layer& l : s.layers)
-    for (auto* v : {&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty, &l.att, &l.attnProj, &l.res2, &l.ln2,
-                    &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3})
-      floats += v->size();
-  return floats * sizeof(float);
-}
-
-double Gpt::flopsPerToken() const {
+double Gpt::flopsPerToken(const ModelConfig& cfg) {
   // 2 FLOPs per multiply-add; backward costs twice the forward. Matrix products: every weight once per token
   // (the tied head included); attention: QK^T and att V, each T x C per token (the causal half counted whole,
   // as PaLM's MFU does).
-  const double C = cfg_.dModel, T = cfg_.seqLen, L = cfg_.nLayer, V = cfg_.vocabSize;
+  const double C = cfg.dModel, T = cfg.seqLen, L = cfg.nLayer, V = cfg.vocabSize;
   const double matmulParams = L * (3 * C * C + C * C + 8 * C * C) + V * C;
   return 6 * matmulParams + 6 * L * 2 * T * C;
 }

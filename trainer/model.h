@@ -18,6 +18,7 @@
 // so activations live in `slots`, one per micro-batch in flight.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -36,7 +37,18 @@ class TpGroup {
   virtual Result<void> max(float* x, size_t n) = 0;
 };
 
-class Gpt {
+// What a pipeline stage runs over one micro-batch: the real model (Gpt), or EmulatedStage (emulated_stage.h),
+// which takes the time the math would take and sends the same messages. Semantics as Gpt's below.
+class StageModel {
+ public:
+  virtual ~StageModel() = default;
+  virtual Result<double> forwardStage(int slot, const float* params, const int32_t* tokens, const float* input,
+                                      const int32_t* targets, int B, float* output) = 0;
+  virtual Result<void> backwardStage(int slot, const float* params, float* grads, float lossScale, const float* dout,
+                                     float* dinput, const std::function<void(int group)>& groupDone) = 0;
+};
+
+class Gpt final : public StageModel {
  public:
   // Buffers for micro-batches of up to maxBatch sequences of cfg.seqLen tokens, `slots` of them in flight. tp:
   // the layout's tensor-parallel group (null when the layout's shard has tp 1); not owned.
@@ -60,7 +72,7 @@ class Gpt {
   // One stage: the first takes tokens [B,T], the others input [B,T,C]; the last returns the mean loss over
   // targets [B,T], the others write output [B,T,C] and return 0. Activations go to `slot`.
   Result<double> forwardStage(int slot, const float* params, const int32_t* tokens, const float* input,
-                              const int32_t* targets, int B, float* output);
+                              const int32_t* targets, int B, float* output) override;
 
   // Backward of the last forward. Adds d(sum over positions of loss * lossScale) / d(params) into grads: with
   // lossScale = 1 / (tokens in the global batch) over every micro-batch of every rank, the sum of all ranks'
@@ -72,14 +84,19 @@ class Gpt {
   // dout [B,T,C], the gradient of the output they handed on; a stage that is not the first writes the gradient
   // of its input to dinput [B,T,C].
   Result<void> backwardStage(int slot, const float* params, float* grads, float lossScale, const float* dout,
-                             float* dinput, const std::function<void(int group)>& groupDone);
+                             float* dinput, const std::function<void(int group)>& groupDone) override;
 
   // Floating-point operations of one forward + backward per token of the whole model (matrix products and
-  // attention), for MFU; and of this layout's share (its blocks, and the head if it has it, split over TP).
-  double flopsPerToken() const;
-  double shardFlopsPerToken() const;
-  // Bytes of activations one slot keeps (for memory limits).
-  size_t slotBytes() const;
+  // attention), for MFU.
+  static double flopsPerToken(const ModelConfig& cfg);
+  double flopsPerToken() const { return flopsPerToken(cfg_); }
+
+  // Memory, before building one (for --memory-limits): bytes of activations one slot keeps, and of the gradient
+  // scratch shared by the slots, for a shard and micro-batches of up to maxBatch sequences. allocatedBytes():
+  // what this model holds (the same sums over its buffers).
+  static size_t slotBytes(const ModelConfig& cfg, const Shard& shard, int maxBatch);
+  static size_t scratchBytes(const ModelConfig& cfg, const Shard& shard, int maxBatch);
+  size_t allocatedBytes() const;
 
  private:
   struct Layer {  // activations of one block, [B,T,...]; heads and MLP columns of this TP rank
@@ -93,13 +110,26 @@ class Gpt {
     std::vector<Layer> layers;
     std::vector<float> lnf, lnfMean, lnfRstd, probs, losses;
   };
+  // The buffers in the order Dims (model.cc) gives their sizes; Self is Gpt, Layer or Slot, const or not.
+  template <class L> static auto layerFields(L& l) {
+    return std::array{&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty, &l.att, &l.attnProj, &l.res2, &l.ln2,
+                      &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3};
+  }
+  template <class S> static auto slotFields(S& s) {
+    return std::array{&s.encoded, &s.lnf, &s.lnfMean, &s.lnfRstd, &s.probs, &s.losses};
+  }
+  template <class G> static auto scratchFields(G& g) {
+    return std::array{&g.dresidual_, &g.dlnf_, &g.dlogits_, &g.dln_, &g.dqkv_, &g.datty_, &g.datt_, &g.dfch_,
+                      &g.dfchGelu_, &g.stats_};
+  }
   const float* tensor(const float* params, int group, int index) const;
   float* tensor(float* grads, int group, int index) const;
   const float* headWeight(const float* params) const;  // wte, or the head's copy of it
   float* headWeight(float* grads) const;
   Result<void> embed(Slot& s, const float* params, int B);
   Result<double> headForward(Slot& s, const float* params, const float* residual, int B);
-  Result<void> linearSum(float* out, const float* bias, size_t BT);  // TP: sum partial outputs, then add bias
+  Result<void> linearSum(float* out, const float* bias, size_t BT);
+  struct Dims;  // the size of every buffer (model.cc)  // TP: sum partial outputs, then add bias
 
   ModelConfig cfg_;
   const ParamLayout& layout_;

@@ -88,7 +88,14 @@ int Pipeline::slotsFor(int stage, int stages, int microBatches) {
   return std::max(1, std::min(stages - stage, microBatches));
 }
 
-Pipeline::Pipeline(HybridGroups& groups, Gpt& model, const ModelConfig& cfg, int maxBatch, int microBatches)
+size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages) {
+  const size_t act = size_t(maxBatch) * cfg.seqLen * cfg.dModel;  // as the constructor's
+  const size_t floats = act * (size_t(microBatches) * ((stage + 1 < stages) + (stage > 0)) + 3) +
+                        (stage + 1 < stages ? act : 0);
+  return floats * sizeof(float);
+}
+
+Pipeline::Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches)
     : g_(groups), model_(model), C_(cfg.dModel), T_(cfg.seqLen), stage_(groups.role().stage),
       stages_(groups.stages()) {
   const size_t act = size_t(maxBatch) * T_ * C_;
@@ -137,7 +144,7 @@ Result<void> Pipeline::recvBoundary(float* buf, size_t floats, int fromStage, he
 
 Result<double> Pipeline::step(const float* params, float* grads, float lossScale, const std::vector<MicroBatch>& micro,
                               const std::function<void(int)>& groupDone,
-                              const std::function<void(double)>& computeHook) {
+                              const std::function<void(double, double)>& computeHook) {
   const int M = static_cast<int>(micro.size());
   const int warmup = std::min(stages_ - stage_ - 1, M), slots = slotsFor(stage_, stages_, M);
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
@@ -148,10 +155,11 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     if (!first)
       if (auto r = recvBoundary(in_.data(), floats, stage_ - 1, g_.fwd()); !r) return r;
     const auto t0 = Clock::now();
+    const double tp0 = g_.tpSeconds;
     auto loss = model_.forwardStage(i % slots, params, micro[i].tokens, in_.data(), micro[i].targets,
                                     micro[i].sequences, last ? nullptr : outs_[i].data());
     if (!loss) return loss.error();
-    if (computeHook) computeHook(since(t0));
+    if (computeHook) computeHook(since(t0) - (g_.tpSeconds - tp0), g_.tpSeconds - tp0);
     lossSum += *loss * micro[i].sequences;
     if (!last) return sendBoundary(outs_[i].data(), floats, stage_ + 1, g_.fwd(), fwdStream_);
     return {};
@@ -161,11 +169,12 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     if (!last)
       if (auto r = recvBoundary(dout_.data(), floats, stage_ + 1, g_.bwd()); !r) return r;
     const auto t0 = Clock::now();
+    const double tp0 = g_.tpSeconds;
     if (auto r = model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(),
                                       first ? nullptr : dins_[i].data(), i + 1 == M ? groupDone : nullptr);
         !r)
       return r;
-    if (computeHook) computeHook(since(t0));
+    if (computeHook) computeHook(since(t0) - (g_.tpSeconds - tp0), g_.tpSeconds - tp0);
     if (!first) return sendBoundary(dins_[i].data(), floats, stage_ - 1, g_.bwd(), bwdStream_);
     return {};
   };

@@ -71,8 +71,8 @@ struct MicroBatch {
 
 class Pipeline {
  public:
-  // model: this rank's stage (built with slots() slots); not owned.
-  Pipeline(HybridGroups& groups, Gpt& model, const ModelConfig& cfg, int maxBatch, int microBatches);
+  // model: this rank's stage (built with slotsFor() slots); not owned.
+  Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -81,10 +81,14 @@ class Pipeline {
 
   // One step's 1F1B over `micro` (the replica's micro-batches, in order): accumulates gradients into grads;
   // groupDone as Gpt::backward, from the last micro-batch's backward. Returns the sum over micro-batches of
-  // loss * sequences on the last stage, 0 elsewhere. computeHook(seconds) runs after each forward or backward
-  // with its compute time (device-speed emulation).
+  // loss * sequences on the last stage, 0 elsewhere. computeHook(compute, tp) runs after each forward or backward
+  // with the seconds it spent computing and in tensor-parallel reductions (device-speed emulation stretches
+  // the first).
   Result<double> step(const float* params, float* grads, float lossScale, const std::vector<MicroBatch>& micro,
-                      const std::function<void(int)>& groupDone, const std::function<void(double)>& computeHook);
+                      const std::function<void(int)>& groupDone,
+                      const std::function<void(double, double)>& computeHook);
+  // Bytes of the buffers a pipeline of these shapes holds (for memory limits).
+  static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages);
   // Forward only (evaluation), one micro-batch after another: the sum of loss * sequences on the last stage.
   Result<double> evaluate(const float* params, const std::vector<MicroBatch>& micro);
 
@@ -93,7 +97,7 @@ class Pipeline {
   Result<void> recvBoundary(float* buf, size_t floats, int fromStage, hetcommComm_t comm);
 
   HybridGroups& g_;
-  Gpt& model_;
+  StageModel& model_;
   int C_, T_, stage_, stages_;
   hetcommStream_t fwdStream_ = nullptr, bwdStream_ = nullptr;
   std::vector<std::vector<float>> outs_, dins_;  // per micro-batch: sent activations / input gradients

@@ -159,6 +159,12 @@ HETCOMM_API hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, i
  * fast fabric), each numbered densely from 0, the same on every rank. For placing work: tensor-parallel groups
  * within a host, data-parallel groups within an island. Either output may be NULL. */
 HETCOMM_API hetcommResult_t hetcommCommRankPlacement(const hetcommComm_t comm, int rank, int* host, int* island);
+/* hetcomm extension: the accelerator a rank of comm drives, as the topology knows it (HETCOMM_TOPO_FILE's "gpus"
+ * entries, or discovery): its dense peak in TFLOP/s at the training precision and its memory in bytes; 0 where
+ * unknown or where the rank's host has no GPU. For planning: relative device speeds, memory per rank. Either
+ * output may be NULL. */
+HETCOMM_API hetcommResult_t hetcommCommRankDevice(const hetcommComm_t comm, int rank, double* peakTflops,
+                                                  size_t* memoryBytes);
 
 /* ---- collectives (in place when sendbuff == recvbuff, or as noted) ---- */
 HETCOMM_API hetcommResult_t hetcommAllReduce(const void* sendbuff, void* recvbuff, size_t count,

@@ -5,6 +5,8 @@
 #   a pipeline whose stages have TP degrees 2 and 1, DP2xPP2 with ZeRO-1, the naive assignment, emulated device
 #   speeds (timing only: the same losses);
 # and that the role table is printed, and that bad plans and options are refused with a message that says why.
+# Also: --emulate-compute runs a plan with no math and says so; --memory-limits accepts a plan that fits and
+# refuses one that does not, naming the rank and its numbers; a topology file's GPU peaks give device speeds.
 set -uo pipefail
 bin=$1
 src=$2
@@ -36,6 +38,31 @@ grep -q "rank  host  island  replica  stage  tp_rank" "$work/tp2pp2.log"; check 
 grep -q "pipeline bubble" "$work/tp2pp2.log"; check "the bubble fraction is reported" $?
 grep -q "emulated" "$work/speeds.log"; check "emulated speeds are marked" $?
 
+# --emulate-compute: no losses (null in the log), every figure marked emulated, the bubble still measured.
+train emu 4 --tp 2 --pp 2 --emulate-compute --reference-gflops 20 --device-speeds 1,1,0.5,0.5; check "--emulate-compute runs" $?
+grep -q "emulated compute: no math" "$work/emu.log" && grep -q "loss - " "$work/emu.log" &&
+  grep -q "summary: losses not computed" "$work/emu.log" && grep -q "pipeline bubble .*\[emulated\]" "$work/emu.log"
+check "--emulate-compute says what it did" $?
+python3 -c '
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sys.exit(not (len(rows) == 10 and all(r["loss"] is None and r["emulated"] and r["tokens_per_s"] > 0 for r in rows)))
+' "$work/emu.json"
+check "--emulate-compute logs 10 steps, no loss, emulated" $?
+
+train memok 4 --tp 2 --pp 2 --memory-limits 1G; check "a plan within --memory-limits runs" $?
+grep -q "memory: every rank fits its limit" "$work/memok.log"; check "the memory headroom is reported" $?
+
+# Device speeds from HETCOMM_TOPO_FILE: this host's two GPUs at 100 and 50 TFLOP/s (rank r drives GPU r).
+cat >"$work/gpus.json" <<'JSON'
+{"hosts": [{"hostName": "*", "gpus": [{"model": "big", "peakTflops": 100}, {"model": "small", "peakTflops": 50}]}]}
+JSON
+HETCOMM_TOPO_FILE=$work/gpus.json train topospeeds 2 --pp 2; check "device speeds from the topology file run" $?
+grep -q "emulated device speeds (from the topology file's GPU peaks; compute stretched, figures marked emulated): 1 0.5" \
+  "$work/topospeeds.log"
+check "the topology file's GPU peaks give speeds 1, 0.5" $?
+compare one topospeeds 1e-4; check "speeds from the topology file: the single process's losses (1e-4)" $?
+
 refused() {  # name ranks pattern description args...
   local name=$1 np=$2 pattern=$3 what=$4
   shift 4
@@ -49,5 +76,11 @@ refused tp3 2 "does not divide the 2 ranks" "--tp 3 on 2 ranks" --tp 3
 refused ckpt 2 "not supported yet" "checkpoints of a pipeline" --pp 2 --checkpoint-dir "$work/ckpt"
 refused speedcount 2 "device-speeds" "--device-speeds with a wrong count" --pp 2 --device-speeds 1
 refused world 3 "ranks" "a plan for 2 ranks run on 3" --plan "$plans/dp2-uneven-micro.json"
+refused memory 2 "rank 0 (replica 0, stage 0, tp rank 0) needs .* > its limit 1.0 MiB: parameters" \
+  "a plan over --memory-limits, with the numbers" --pp 2 --memory-limits 1M
+refused memcount 2 "--memory-limits has 3 entries for 2 ranks" "--memory-limits with a wrong count" \
+  --memory-limits 1G,1G,1G
+refused emuckpt 2 "computes no parameters" "--emulate-compute with checkpoints" --emulate-compute \
+  --checkpoint-dir "$work/ckpt2"
 
 finish hybrid_check

@@ -80,6 +80,16 @@ TEST_F(ApiErrors, RankPlacementOfARankOutOfRange) {
   expectError(hetcommCommRankPlacement(c0(), -1, &host, nullptr), hetcommInvalidArgument, "in [0, 2)");
 }
 
+TEST_F(ApiErrors, RankDeviceWithoutATopologyFileHasNoPeak) {
+  double peak = -1;
+  HC_ASSERT_OK(hetcommCommRankDevice(c0(), 1, &peak, nullptr));
+  EXPECT_EQ(peak, 0.0);  // only a topology file gives a GPU's peak; discovery never guesses one
+  HC_ASSERT_OK(hetcommCommRankDevice(c0(), 0, nullptr, nullptr));  // outputs may be NULL
+  size_t memory = 0;
+  expectError(hetcommCommRankDevice(c1(), 2, &peak, &memory), hetcommInvalidArgument, "rank 2");
+  expectError(hetcommCommRankDevice(c1(), -3, &peak, &memory), hetcommInvalidArgument, "in [0, 2)");
+}
+
 TEST_F(ApiErrors, AllReduceNullSendbuff) {
   expectError(hetcommAllReduce(nullptr, buf_, 4, hetcommFloat32, hetcommSum, c0(), nullptr), hetcommInvalidArgument,
               "sendbuff is NULL");

@@ -1,0 +1,83 @@
+#include "trainer/emulated_stage.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
+namespace hetcomm::trainer {
+
+EmulatedStage::EmulatedStage(const ModelConfig& cfg, const Shard& shard, int maxBatch, int slots, TpGroup* tp,
+                             double flopsPerSecond)
+    : cfg_(cfg), shard_(shard), tp_(shard.tp > 1 ? tp : nullptr), rate_(flopsPerSecond),
+      batch_(std::max(1, slots), 0) {
+  if (shard.tp > 1 && tp == nullptr)
+    throw std::invalid_argument("EmulatedStage: a tensor-parallel shard needs its TP group");
+  if (!(flopsPerSecond > 0)) throw std::invalid_argument("EmulatedStage: the device rate must be positive");
+  if (shard_.layers < 0) shard_.layers = cfg.nLayer;
+  // The largest reduction: the residual stream [B,T,C]; the softmax's sums are [2 B T].
+  scratch_.resize(size_t(maxBatch) * cfg.seqLen * std::max(cfg.dModel, 2));
+}
+
+// Per token on one TP rank, 2 FLOPs a multiply-add, as Gpt::flopsPerToken counts.
+double EmulatedStage::attentionFlops() const {
+  const double C = cfg_.dModel, T = cfg_.seqLen;
+  return (2 * 4 * C * C + 2 * 2 * T * C) / shard_.tp;  // qkv (3C^2) + projection (C^2); QK^T and att V
+}
+double EmulatedStage::mlpFlops() const {
+  const double C = cfg_.dModel;
+  return 2 * 8 * C * C / shard_.tp;  // fc (4C^2) + projection (4C^2)
+}
+double EmulatedStage::headFlops() const { return 2.0 * cfg_.vocabSize * cfg_.dModel / shard_.tp; }
+
+void EmulatedStage::wait(double flops) {
+  const double seconds = flops * double(tokens_) / rate_;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  waited_ += seconds;
+}
+
+Result<void> EmulatedStage::sum(size_t n) { return tp_ ? tp_->sum(scratch_.data(), n) : Result<void>{}; }
+
+Result<double> EmulatedStage::forwardStage(int slot, const float*, const int32_t*, const float*, const int32_t*,
+                                           int B, float*) {
+  batch_[slot] = B;
+  tokens_ = size_t(B) * cfg_.seqLen;
+  const size_t stream = tokens_ * cfg_.dModel;
+  if (shard_.embedding)
+    if (auto r = sum(stream); !r) return r.error();
+  for (int i = 0; i < shard_.layers; ++i) {
+    wait(attentionFlops());
+    if (auto r = sum(stream); !r) return r.error();
+    wait(mlpFlops());
+    if (auto r = sum(stream); !r) return r.error();
+  }
+  if (!shard_.head) return 0.0;
+  wait(headFlops());
+  if (tp_) {
+    if (auto r = tp_->max(scratch_.data(), tokens_); !r) return r.error();
+    if (auto r = sum(2 * tokens_); !r) return r.error();
+  }
+  return 0.0;
+}
+
+Result<void> EmulatedStage::backwardStage(int slot, const float*, float*, float, const float*, float*,
+                                          const std::function<void(int)>& groupDone) {
+  tokens_ = size_t(batch_[slot]) * cfg_.seqLen;
+  const size_t stream = tokens_ * cfg_.dModel;
+  if (shard_.head) {
+    wait(2 * headFlops());
+    if (auto r = sum(stream); !r) return r;
+    if (groupDone) groupDone(cfg_.nLayer + 1);
+  }
+  for (int i = shard_.layers - 1; i >= 0; --i) {
+    wait(2 * mlpFlops());
+    if (auto r = sum(stream); !r) return r;
+    wait(2 * attentionFlops());
+    if (auto r = sum(stream); !r) return r;
+    if (groupDone) groupDone(1 + shard_.firstLayer + i);
+  }
+  if (shard_.embedding && groupDone) groupDone(0);
+  return {};
+}
+
+}  // namespace hetcomm::trainer
