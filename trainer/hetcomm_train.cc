@@ -409,9 +409,6 @@ int main(int argc, char** argv) {
   const ht::Role role = groups->role();
   const int S = static_cast<int>(plan.stages.size());
   const bool hybrid = S > 1 || plan.stages[0].tp > 1;
-  if (hybrid && (!cfg.checkpointDir.empty() || !o.resume.empty()))
-    die(rank, "checkpoints of tensor- or pipeline-parallel runs are not supported yet: --checkpoint-dir, "
-              "checkpoint_dir and --resume need --tp 1 --pp 1 and a plan of one stage at tensor_parallel 1");
   if (o.emulateCompute && (!cfg.checkpointDir.empty() || !o.resume.empty()))
     die(rank, "--emulate-compute computes no parameters: it takes no --checkpoint-dir, checkpoint_dir or --resume");
   const int accum = plan.microBatches[role.replica];
@@ -464,9 +461,9 @@ int main(int argc, char** argv) {
   ht::AdamW adam(cfg, layout, dp.ownedRanges());
   ht::LrSchedule schedule(cfg);
   std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
+  const ht::ParamLayout full(cfg.model, bucketBytes, 1);  // the whole model: initialisation and checkpoints
   if (!o.emulateCompute) {  // every rank initialises the whole model from the seed and keeps its part: any plan
                             // starts identically
-    const ht::ParamLayout full(cfg.model, bucketBytes, 1);
     std::vector<float> whole(full.totalFloats());
     ht::Gpt(cfg.model, full, 1).initParams(whole.data(), cfg.seed);
     ht::sliceFromFull(full, whole.data(), layout, params.data());
@@ -475,8 +472,16 @@ int main(int argc, char** argv) {
   const int tiedGroup = groups->tied() ? (role.stage == 0 ? 0 : cfg.model.nLayer + 1) : -1;
   int64_t step = 0;
   if (!o.resume.empty()) {
-    ht::TrainState s = check(rank, ht::loadTrainState(o.resume, layout, cfg));
-    params = std::move(s.params);
+    // The checkpoint holds the whole model (any plan wrote it): each rank takes its part.
+    ht::TrainState s = check(rank, ht::loadTrainState(o.resume, full, cfg));
+    auto part = [&](const std::vector<float>& whole) {
+      std::vector<float> mine(layout.totalFloats(), 0.0f);
+      ht::sliceFromFull(full, whole.data(), layout, mine.data());
+      return mine;
+    };
+    params = part(s.params);
+    s.m = part(s.m);
+    s.v = part(s.v);
     size_t at = 0;
     for (auto [off, len] : dp.ownedRanges()) {
       std::copy(s.m.begin() + off, s.m.begin() + off + len, adam.m().begin() + at);
@@ -540,19 +545,32 @@ int main(int argc, char** argv) {
     json = std::make_unique<std::ofstream>(o.logJson, std::ios::trunc);
     if (!*json) die(rank, "cannot write --log-json file " + o.logJson);
   }
+  // Checkpoints hold the whole model by tensor name, whatever the plan, so a run can resume under another: the
+  // ranks of replica 0 add their shards into whole-model buffers (each parameter once: addToFull skips the
+  // copies the gradient norm skips), the world sums them onto rank 0, and rank 0 writes.
+  auto wholeOnLead = [&](const std::vector<float>& mine) {
+    std::vector<float> whole(full.totalFloats(), 0.0f);
+    if (role.replica == 0) ht::addToFull(layout, mine.data(), full, whole.data());
+    if (world > 1)
+      if (hetcommResult_t r = hetcommReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum, 0,
+                                            comm, nullptr);
+          r != hetcommSuccess)
+        die(rank, ht::commError("hetcommReduce (checkpoint)", r, comm).message());
+    return whole;
+  };
   auto saveCheckpoint = [&](int64_t atStep) {
     if (cfg.checkpointDir.empty()) return;
     ht::TrainState s;
     s.step = atStep;
     s.adamSteps = adam.steps();
     s.data = train.position();
-    s.m = check(rank, dp.gatherOwned(adam.m()));
-    s.v = check(rank, dp.gatherOwned(adam.v()));
+    s.params = wholeOnLead(params);
+    s.m = wholeOnLead(check(rank, dp.gatherOwned(adam.m())));
+    s.v = wholeOnLead(check(rank, dp.gatherOwned(adam.v())));
     if (!lead) return;
-    s.params = params;
     std::filesystem::create_directories(cfg.checkpointDir);
     const std::string path = cfg.checkpointDir + "/step" + std::to_string(atStep) + ".safetensors";
-    check(rank, ht::saveTrainState(path, layout, s, cfg));
+    check(rank, ht::saveTrainState(path, full, s, cfg));
     std::printf("checkpoint: %s\n", path.c_str());
   };
 

@@ -80,3 +80,20 @@ run_logged() {
     exit 1
   fi
 }
+
+# cluster_up CLUSTER KEEP_UP: brings the emulated cluster up (scripts/emulate-cluster.sh) and, unless KEEP_UP is 1
+# or it was already up, down again when the script exits. Sets STATE to its state file (hosts, namespaces,
+# addresses). Needs root.
+cluster_up() {
+  local cluster=$1 keep=$2 name
+  [[ $(id -u) -eq 0 ]] || { echo "$PROG: error: needs root (network namespaces)" >&2; exit 1; }
+  [[ -r $cluster ]] || { echo "$PROG: error: no cluster file $cluster" >&2; exit 1; }
+  EMULATE=$REPO_ROOT/scripts/emulate-cluster.sh
+  name=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$cluster")
+  STATE=/run/hetcomm-emulate/$name.json
+  local was_up=0
+  [[ -r $STATE ]] && was_up=1
+  "$EMULATE" up "$cluster" >&2
+  # shellcheck disable=SC2064 # the cluster file is fixed now
+  if [[ $keep -eq 0 && $was_up -eq 0 ]]; then trap "\"$EMULATE\" down \"$cluster\" >&2" EXIT; fi
+}

@@ -71,17 +71,10 @@ case $COLL in
   reduce) PERF=reduce_perf FLAT=chain RUN_GLOO=0 ;;
   *) die "--coll must be allreduce, allgather, reducescatter, broadcast or reduce (got '$COLL')" ;;
 esac
-[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
-[[ -r $CLUSTER ]] || die "no cluster file $CLUSTER"
 RUN=$BUILD/bin/hetcomm-run
 for b in "$RUN" "$BUILD/bin/$PERF"; do [[ -x $b ]] || die "missing $b (build first)"; done
-EMULATE=$REPO_ROOT/scripts/emulate-cluster.sh
+cluster_up "$CLUSTER" "$KEEP_UP"
 NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
-STATE=/run/hetcomm-emulate/$NAME.json
-was_up=0
-[[ -r $STATE ]] && was_up=1
-"$EMULATE" up "$CLUSTER" >&2
-if [[ $KEEP_UP -eq 0 && $was_up -eq 0 ]]; then trap '"$EMULATE" down "$CLUSTER" >&2' EXIT; fi
 
 CMP_DIR=$BUILD/compare
 mkdir -p "$CMP_DIR"

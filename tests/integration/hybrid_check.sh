@@ -5,7 +5,7 @@
 #   a pipeline whose stages have TP degrees 2 and 1, DP2xPP2 with ZeRO-1, the naive assignment, emulated device
 #   speeds (timing only: the same losses);
 # and that the role table is printed, and that bad plans and options are refused with a message that says why.
-# Also: --emulate-compute runs a plan with no math and says so; --memory-limits accepts a plan that fits and
+# Also: checkpoints of any plan resume exactly, and under another plan; --emulate-compute runs a plan with no math and says so; --memory-limits accepts a plan that fits and
 # refuses one that does not, naming the rank and its numbers; a topology file's GPU peaks give device speeds.
 set -uo pipefail
 bin=$1
@@ -37,6 +37,22 @@ matches speeds 2 "PP2 with device speeds 1, 0.5" --pp 2 --device-speeds 1,0.5
 grep -q "rank  host  island  replica  stage  tp_rank" "$work/tp2pp2.log"; check "the role table is printed" $?
 grep -q "pipeline bubble" "$work/tp2pp2.log"; check "the bubble fraction is reported" $?
 grep -q "emulated" "$work/speeds.log"; check "emulated speeds are marked" $?
+
+# Checkpoints hold the whole model whatever the plan: a hybrid run resumed from its own step-5 checkpoint gives
+# its uninterrupted losses exactly (TP2xPP2; DP2xPP2 with ZeRO-1), and a run resumes under another plan (the
+# single process's checkpoint under TP2xPP2, TP2xPP2's on one process) with the single process's losses.
+train ckone 1 --checkpoint-dir "$work/ckone" --checkpoint-every 5; check "1 rank with checkpoints runs" $?
+train cktp 4 --tp 2 --pp 2 --checkpoint-dir "$work/cktp" --checkpoint-every 5; check "TP2xPP2 checkpoints" $?
+train cktp-res 4 --tp 2 --pp 2 --resume "$work/cktp/step5.safetensors"; check "TP2xPP2 resumes" $?
+compare tp2pp2 cktp-res 0 6; check "TP2xPP2 resumed: its uninterrupted losses, exactly" $?
+train ckzero 4 --plan "$plans/dp2pp2-uneven-layers.json" --zero 1 --checkpoint-dir "$work/ckzero" --checkpoint-every 5
+check "DP2xPP2 ZeRO-1 checkpoints" $?
+train ckzero-res 4 --plan "$plans/dp2pp2-uneven-layers.json" --zero 1 --resume "$work/ckzero/step5.safetensors"
+compare zero ckzero-res 0 6; check "DP2xPP2 ZeRO-1 resumed: its uninterrupted losses, exactly" $?
+train cross 4 --tp 2 --pp 2 --resume "$work/ckone/step5.safetensors"
+compare one cross 1e-4 6; check "the single process's checkpoint resumed under TP2xPP2 (1e-4)" $?
+train crossback 1 --resume "$work/cktp/step5.safetensors"
+compare one crossback 1e-4 6; check "TP2xPP2's checkpoint resumed on one process (1e-4)" $?
 
 # --emulate-compute: no losses (null in the log), every figure marked emulated, the bubble still measured.
 train emu 4 --tp 2 --pp 2 --emulate-compute --reference-gflops 20 --device-speeds 1,1,0.5,0.5; check "--emulate-compute runs" $?
@@ -73,7 +89,6 @@ refused() {  # name ranks pattern description args...
 echo '{"stages": [{"layers": 1}, {"layers": 2}]}' >"$work/short.json"
 refused short 2 "n_layer" "stages whose layers do not sum to n_layer" --plan "$work/short.json"
 refused tp3 2 "does not divide the 2 ranks" "--tp 3 on 2 ranks" --tp 3
-refused ckpt 2 "not supported yet" "checkpoints of a pipeline" --pp 2 --checkpoint-dir "$work/ckpt"
 refused speedcount 2 "device-speeds" "--device-speeds with a wrong count" --pp 2 --device-speeds 1
 refused world 3 "ranks" "a plan for 2 ranks run on 3" --plan "$plans/dp2-uneven-micro.json"
 refused memory 2 "rank 0 (replica 0, stage 0, tp rank 0) needs .* > its limit 1.0 MiB: parameters" \
