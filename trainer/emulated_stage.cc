@@ -30,9 +30,20 @@ double EmulatedStage::mlpFlops() const {
 }
 double EmulatedStage::headFlops() const { return 2.0 * cfg_.vocabSize * cfg_.dModel / shard_.tp; }
 
+// A sleep overshoots by tens of microseconds, more on busy cores; the overshoot is paid back from the next
+// waits, so the total stays within one overshoot of what the device would take (waits shorter than the debt
+// are skipped altogether, as happens at GPU-like rates).
 void EmulatedStage::wait(double flops) {
+  using Clock = std::chrono::steady_clock;
   const double seconds = flops * double(tokens_) / rate_;
-  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const double sleep = seconds - overslept_;
+  double slept = 0;
+  if (sleep > 0) {
+    const auto t0 = Clock::now();
+    std::this_thread::sleep_for(std::chrono::duration<double>(sleep));
+    slept = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  overslept_ += slept - seconds;
   waited_ += seconds;
 }
 

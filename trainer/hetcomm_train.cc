@@ -65,7 +65,8 @@ struct Options {
   bool progress = true;
   std::string plan, assignment = "nic";
   int tp = 1, pp = 1;
-  std::vector<double> deviceSpeeds;
+  std::vector<std::string> deviceSpeedsText;
+  std::vector<double> deviceSpeeds;  // parsed from deviceSpeedsText, or from the topology
   bool emulateCompute = false;
   double referenceGflops = 0;
   std::vector<uint64_t> memoryLimits;
@@ -178,8 +179,9 @@ std::string bytesText(double b) {
 
 // What one rank holds while training (for --memory-limits): its parameters and gradients, AdamW's two moments
 // for the ranges it updates, the activations of the micro-batches in flight with the backward's scratch, and
-// the pipeline's boundary buffers. Not counted: the communication library's staging buffers and the one-off
-// whole-model initialisation at start.
+// the pipeline's boundary buffers. Not counted: the communication library's staging buffers, and the whole-model
+// buffers of the moments outside training: initialisation at start (one), a resume (three: parameters and both
+// AdamW moments), a checkpoint (one at a time; three on rank 0, which writes them).
 struct MemoryNeed {
   double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
   double total() const { return params + grads + optimizer + activations + buffers; }
@@ -239,8 +241,10 @@ class Progress {
   void show(int64_t step, double loss, double etaS) {
     if (!on_) return;
     const int width = 30, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
-    std::printf("\r[%s%s] %lld/%lld loss %.4f eta %.0fs ", std::string(filled, '#').c_str(),
-                std::string(width - filled, '.').c_str(), (long long)step, (long long)total_, loss, etaS);
+    char lossText[32] = "-";  // NaN: not computed (--emulate-compute)
+    if (!std::isnan(loss)) std::snprintf(lossText, sizeof lossText, "%.4f", loss);
+    std::printf("\r[%s%s] %lld/%lld loss %s eta %.0fs ", std::string(filled, '#').c_str(),
+                std::string(width - filled, '.').c_str(), (long long)step, (long long)total_, lossText, etaS);
     std::fflush(stdout);
     shown_ = true;
   }
@@ -293,8 +297,9 @@ int main(int argc, char** argv) {
   app.add_option("--assignment", o.assignment, "who plays which role: nic (TP in a host, DP in an RDMA island, "
                                                "pipeline boundaries across islands) or naive (rank order)")
       ->check(CLI::IsMember({"nic", "naive"}));
-  app.add_option("--device-speeds", o.deviceSpeeds, "relative compute speed per rank (e.g. 1,1,0.5,0.5): each "
-                                                     "rank's measured compute is stretched to emulate that device")
+  app.add_option("--device-speeds", o.deviceSpeedsText,
+                 "relative compute speed per rank (e.g. 1,1,0.5,0.5), or 'topo': each rank's GPU peak in "
+                 "HETCOMM_TOPO_FILE over the fastest; each rank's measured compute is stretched to emulate that device")
       ->delimiter(',');
   app.add_flag("--emulate-compute", o.emulateCompute,
                "skip the math: wait each layer's FLOPs / (device speed x reference FLOP/s); messages keep their real "
@@ -361,17 +366,8 @@ int main(int argc, char** argv) {
     plan = ht::uniformPlan(cfg, o.tp, o.pp, world / (o.tp * o.pp));
   }
   check(rank, ht::validatePlan(plan, cfg, world, planSource));
-  if (!o.deviceSpeeds.empty()) {
-    if (static_cast<int>(o.deviceSpeeds.size()) != world)
-      die(rank, "--device-speeds has " + std::to_string(o.deviceSpeeds.size()) + " entries for " +
-                    std::to_string(world) + " ranks");
-    for (size_t r = 0; r < o.deviceSpeeds.size(); ++r)
-      if (!(o.deviceSpeeds[r] > 0 && o.deviceSpeeds[r] <= 1))
-        die(rank, "--device-speeds: entry " + std::to_string(r) + " is " + std::to_string(o.deviceSpeeds[r]) +
-                      "; a relative speed lies in (0, 1]");
-  }
-  // Without --device-speeds, the topology file's GPU peaks (HETCOMM_TOPO_FILE "gpus" entries) give them, relative
-  // to the fastest, when it gives one for every rank.
+  // Device speeds: given one per rank, or "topo": the topology's GPU peaks (HETCOMM_TOPO_FILE "gpus" entries)
+  // over the fastest. The fastest peak is also --emulate-compute's default reference rate.
   std::string speedSource = "--device-speeds";
   double topoPeakTflops = 0;
   {
@@ -381,13 +377,31 @@ int main(int argc, char** argv) {
         die(rank, ht::commError("hetcommCommRankDevice", pr, comm).message());
     const auto [lo, hi] = std::minmax_element(peaks.begin(), peaks.end());
     topoPeakTflops = *lo > 0 ? *hi : 0;
-    if (o.deviceSpeeds.empty() && *lo > 0 && *lo < *hi) {
+    if (o.deviceSpeedsText.size() == 1 && o.deviceSpeedsText[0] == "topo") {
+      if (*lo == 0)
+        die(rank, "--device-speeds topo: the topology gives rank " + std::to_string(lo - peaks.begin()) +
+                      " no GPU peak (HETCOMM_TOPO_FILE \"gpus\" entries with \"peakTflops\" for every rank)");
       for (double p : peaks) o.deviceSpeeds.push_back(p / *hi);
       speedSource = "the topology file's GPU peaks";
-    } else if (o.deviceSpeeds.empty() && *lo == 0 && *hi > 0 && rank == 0) {
-      std::printf("note: the topology file gives GPU peaks for some ranks but not all (rank %d has none): device "
-                  "speeds not taken from it\n", int(lo - peaks.begin()));
+    } else {
+      for (size_t r = 0; r < o.deviceSpeedsText.size(); ++r) {
+        const std::string& t = o.deviceSpeedsText[r];
+        char* end = nullptr;
+        const double v = std::strtod(t.c_str(), &end);
+        if (t.empty() || *end != '\0')
+          die(rank, "--device-speeds: entry " + std::to_string(r) + " '" + t + "' is not a number (or give 'topo')");
+        o.deviceSpeeds.push_back(v);
+      }
     }
+  }
+  if (!o.deviceSpeeds.empty()) {
+    if (static_cast<int>(o.deviceSpeeds.size()) != world)
+      die(rank, "--device-speeds has " + std::to_string(o.deviceSpeeds.size()) + " entries for " +
+                    std::to_string(world) + " ranks");
+    for (size_t r = 0; r < o.deviceSpeeds.size(); ++r)
+      if (!(o.deviceSpeeds[r] > 0 && o.deviceSpeeds[r] <= 1))
+        die(rank, "--device-speeds: entry " + std::to_string(r) + " is " + std::to_string(o.deviceSpeeds[r]) +
+                      "; a relative speed lies in (0, 1]");
   }
   const double speed = o.deviceSpeeds.empty() ? 1.0 : o.deviceSpeeds[rank];
   const bool emulated = !o.deviceSpeeds.empty() || o.emulateCompute;  // figures say so
@@ -556,6 +570,7 @@ int main(int argc, char** argv) {
                                             comm, nullptr);
           r != hetcommSuccess)
         die(rank, ht::commError("hetcommReduce (checkpoint)", r, comm).message());
+    if (!lead) whole = {};  // one whole-model buffer at a time off rank 0
     return whole;
   };
   auto saveCheckpoint = [&](int64_t atStep) {
@@ -658,7 +673,7 @@ int main(int argc, char** argv) {
     const double mfu = ht::Gpt::flopsPerToken(cfg.model) * tps / (peakGflops * 1e9);
     if (json) {
       nlohmann::json j{{"step", step + 1}, {"loss", o.emulateCompute ? nlohmann::json() : nlohmann::json(loss)},
-                       {"lr", lr}, {"grad_norm", norm},
+                       {"lr", lr}, {"grad_norm", o.emulateCompute ? nlohmann::json() : nlohmann::json(norm)},
                        {"tokens_per_s", tps}, {"mfu", mfu}, {"compute_ms", computeS * 1e3},
                        {"comm_ms", commS * 1e3}, {"step_ms", stepS * 1e3}};
       if (hybrid) j["tp_comm_ms"] = groups->tpSeconds * 1e3, j["pipe_comm_ms"] = groups->p2pSeconds * 1e3;
@@ -680,7 +695,7 @@ int main(int argc, char** argv) {
                   (evalNow ? (" | val " + std::to_string(valLoss).substr(0, 6)) : std::string()).append(
                       emulated ? " | emulated" : "").c_str());
     }
-    progress.show(step + 1, loss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
+    progress.show(step + 1, o.emulateCompute ? NAN : loss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
   }
   progress.clear();
   saveCheckpoint(step);

@@ -110,7 +110,7 @@ class Gpt final : public StageModel {
     std::vector<Layer> layers;
     std::vector<float> lnf, lnfMean, lnfRstd, probs, losses;
   };
-  // The buffers in the order Dims (model.cc) gives their sizes; Self is Gpt, Layer or Slot, const or not.
+  // The buffers in the order Dims (model.cc) gives their sizes, of a Layer, a Slot or the Gpt, const or not.
   template <class L> static auto layerFields(L& l) {
     return std::array{&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty, &l.att, &l.attnProj, &l.res2, &l.ln2,
                       &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3};
@@ -128,8 +128,8 @@ class Gpt final : public StageModel {
   float* headWeight(float* grads) const;
   Result<void> embed(Slot& s, const float* params, int B);
   Result<double> headForward(Slot& s, const float* params, const float* residual, int B);
-  Result<void> linearSum(float* out, const float* bias, size_t BT);
-  struct Dims;  // the size of every buffer (model.cc)  // TP: sum partial outputs, then add bias
+  Result<void> linearSum(float* out, const float* bias, size_t BT);  // TP: sum partial outputs, then add bias
+  struct Dims;                                                       // the size of every buffer (model.cc)
 
   ModelConfig cfg_;
   const ParamLayout& layout_;

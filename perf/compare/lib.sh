@@ -1,6 +1,6 @@
-# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh, run-ucx.sh, run-emulated.sh) share: the
-# machine's load around a run, running a command with a time limit into a log, and pulling result rows out of a
-# log. Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
+# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh, run-ucx.sh, run-emulated.sh, run-train.sh,
+# run-hybrid.sh) share: the machine's load around a run, running a command with a time limit into a log, pulling
+# result rows out of a log, and bringing an emulated cluster up (cluster_up). Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
 # shellcheck shell=bash
 
 # cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
@@ -94,6 +94,8 @@ cluster_up() {
   local was_up=0
   [[ -r $STATE ]] && was_up=1
   "$EMULATE" up "$cluster" >&2
-  # shellcheck disable=SC2064 # the cluster file is fixed now
-  if [[ $keep -eq 0 && $was_up -eq 0 ]]; then trap "\"$EMULATE\" down \"$cluster\" >&2" EXIT; fi
+  local down
+  printf -v down '%q down %q >&2' "$EMULATE" "$cluster"
+  # shellcheck disable=SC2064 # the command is fixed now
+  if [[ $keep -eq 0 && $was_up -eq 0 ]]; then trap "$down" EXIT; fi
 }

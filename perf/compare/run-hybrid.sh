@@ -65,9 +65,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "run-hybrid: unknown argument: $1" >&2; usage 2 ;;
   esac
 done
-for v in ROUNDS STEPS TIMEOUT_S; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"; done
+for v in ROUNDS STEPS TIMEOUT_S; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "${v,,}: must be a positive integer"; done
 [[ $SKIP =~ ^[0-9]+$ && $SKIP -lt $STEPS ]] || die "--skip must be a non-negative integer below --steps ($STEPS)"
-[[ $GFLOPS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--reference-gflops must be a positive number"
+[[ $GFLOPS =~ ^[0-9]+(\.[0-9]+)?$ ]] && python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 0)" "$GFLOPS" ||
+  die "--reference-gflops must be a positive number (got '$GFLOPS')"
 [[ -r $CONFIG ]] || die "no config $CONFIG"
 RUN=$BUILD/bin/hetcomm-run
 TRAIN=$BUILD/bin/hetcomm-train

@@ -48,6 +48,7 @@ compare tp2pp2 cktp-res 0 6; check "TP2xPP2 resumed: its uninterrupted losses, e
 train ckzero 4 --plan "$plans/dp2pp2-uneven-layers.json" --zero 1 --checkpoint-dir "$work/ckzero" --checkpoint-every 5
 check "DP2xPP2 ZeRO-1 checkpoints" $?
 train ckzero-res 4 --plan "$plans/dp2pp2-uneven-layers.json" --zero 1 --resume "$work/ckzero/step5.safetensors"
+check "DP2xPP2 ZeRO-1 resumes" $?
 compare zero ckzero-res 0 6; check "DP2xPP2 ZeRO-1 resumed: its uninterrupted losses, exactly" $?
 train cross 4 --tp 2 --pp 2 --resume "$work/ckone/step5.safetensors"
 compare one cross 1e-4 6; check "the single process's checkpoint resumed under TP2xPP2 (1e-4)" $?
@@ -73,7 +74,7 @@ grep -q "memory: every rank fits its limit" "$work/memok.log"; check "the memory
 cat >"$work/gpus.json" <<'JSON'
 {"hosts": [{"hostName": "*", "gpus": [{"model": "big", "peakTflops": 100}, {"model": "small", "peakTflops": 50}]}]}
 JSON
-HETCOMM_TOPO_FILE=$work/gpus.json train topospeeds 2 --pp 2; check "device speeds from the topology file run" $?
+HETCOMM_TOPO_FILE=$work/gpus.json train topospeeds 2 --pp 2 --device-speeds topo; check "device speeds from the topology file run" $?
 grep -q "emulated device speeds (from the topology file's GPU peaks; compute stretched, figures marked emulated): 1 0.5" \
   "$work/topospeeds.log"
 check "the topology file's GPU peaks give speeds 1, 0.5" $?
@@ -95,6 +96,8 @@ refused memory 2 "rank 0 (replica 0, stage 0, tp rank 0) needs .* > its limit 1.
   "a plan over --memory-limits, with the numbers" --pp 2 --memory-limits 1M
 refused memcount 2 "--memory-limits has 3 entries for 2 ranks" "--memory-limits with a wrong count" \
   --memory-limits 1G,1G,1G
+refused topo 2 "gives rank 0 no GPU peak" "--device-speeds topo without GPU peaks" --device-speeds topo
+refused speedtext 2 "entry 1 'fast' is not a number" "--device-speeds with a word" --device-speeds 1,fast
 refused emuckpt 2 "computes no parameters" "--emulate-compute with checkpoints" --emulate-compute \
   --checkpoint-dir "$work/ckpt2"
 
