@@ -375,11 +375,11 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   return applyProbe(classes, *cluster_, kindOf, *links_);
 }
 
+const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
+
 // What the planners and the cost model see of this communicator: per peer whether late receives are free, each
 // rank's host and island (hosts joined by an RDMA fabric: connected components over the ib and roce fabrics),
 // and the link matrix's alpha and bandwidth per pair.
-const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
-
 coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
   coll::GroupView g;
   g.rank = rank_;

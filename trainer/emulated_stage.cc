@@ -19,16 +19,10 @@ EmulatedStage::EmulatedStage(const ModelConfig& cfg, const Shard& shard, int max
   scratch_.resize(size_t(maxBatch) * cfg.seqLen * std::max(cfg.dModel, 2));
 }
 
-// Per token on one TP rank, 2 FLOPs a multiply-add, as Gpt::flopsPerToken counts.
-double EmulatedStage::attentionFlops() const {
-  const double C = cfg_.dModel, T = cfg_.seqLen;
-  return (2 * 4 * C * C + 2 * 2 * T * C) / shard_.tp;  // qkv (3C^2) + projection (C^2); QK^T and att V
-}
-double EmulatedStage::mlpFlops() const {
-  const double C = cfg_.dModel;
-  return 2 * 8 * C * C / shard_.tp;  // fc (4C^2) + projection (4C^2)
-}
-double EmulatedStage::headFlops() const { return 2.0 * cfg_.vocabSize * cfg_.dModel / shard_.tp; }
+// Per token on one TP rank: the whole model's count (Gpt::forwardFlopsPerToken) split over the group.
+double EmulatedStage::attentionFlops() const { return Gpt::forwardFlopsPerToken(cfg_).attention / shard_.tp; }
+double EmulatedStage::mlpFlops() const { return Gpt::forwardFlopsPerToken(cfg_).mlp / shard_.tp; }
+double EmulatedStage::headFlops() const { return Gpt::forwardFlopsPerToken(cfg_).head / shard_.tp; }
 
 // A sleep overshoots by tens of microseconds, more on busy cores; the overshoot is paid back from the next
 // waits, so the total stays within one overshoot of what the device would take (waits shorter than the debt

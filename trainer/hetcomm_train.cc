@@ -169,6 +169,14 @@ ht::Result<void> sumTiedCopies(const ht::ParamLayout& layout, float* grads, hetc
   return {};
 }
 
+// A figure for the log, or "-" for NaN (not computed: losses and norms under --emulate-compute).
+std::string figure(double v, const char* format) {
+  if (std::isnan(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, format, v);
+  return buf;
+}
+
 std::string bytesText(double b) {
   char buf[32];
   if (b >= double(1 << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1 << 30));
@@ -241,10 +249,9 @@ class Progress {
   void show(int64_t step, double loss, double etaS) {
     if (!on_) return;
     const int width = 30, filled = static_cast<int>(width * step / std::max<int64_t>(total_, 1));
-    char lossText[32] = "-";  // NaN: not computed (--emulate-compute)
-    if (!std::isnan(loss)) std::snprintf(lossText, sizeof lossText, "%.4f", loss);
     std::printf("\r[%s%s] %lld/%lld loss %s eta %.0fs ", std::string(filled, '#').c_str(),
-                std::string(width - filled, '.').c_str(), (long long)step, (long long)total_, lossText, etaS);
+                std::string(width - filled, '.').c_str(), (long long)step, (long long)total_,
+                figure(loss, "%.4f").c_str(), etaS);
     std::fflush(stdout);
     shown_ = true;
   }
@@ -599,18 +606,14 @@ int main(int argc, char** argv) {
   int64_t timedSteps = 0;
   int64_t replicaOffset = 0;  // this replica's first sample in the global batch
   for (int d = 0; d < role.replica; ++d) replicaOffset += int64_t(plan.microBatches[d]) * cfg.microBatch;
-  // Device-speed emulation: a device of relative speed v takes 1/v of the measured time.
-  auto stretch = [&](double seconds) {
-    if (speed < 1) std::this_thread::sleep_for(std::chrono::duration<double>(seconds * (1 / speed - 1)));
-  };
+  // Device-speed emulation: a device of relative speed v takes 1/v of the measured compute time (the emulated
+  // stage's waits already run at the device's speed).
+  const double stretchSpeed = o.emulateCompute ? 1.0 : speed;
   double busyS = 0;
   auto computeHook = [&](double computeS, double tpS) {
-    if (o.emulateCompute) {  // the emulated stage's waits already run at the device's speed
-      busyS += computeS + tpS;
-      return;
-    }
-    stretch(computeS);
-    busyS += computeS / speed + tpS;
+    if (stretchSpeed < 1)
+      std::this_thread::sleep_for(std::chrono::duration<double>(computeS * (1 / stretchSpeed - 1)));
+    busyS += computeS / stretchSpeed + tpS;
   };
   const auto runStart = Clock::now();
   for (; step < cfg.steps; ++step) {
@@ -646,6 +649,8 @@ int main(int argc, char** argv) {
     worldSum(sums);
     commS += secondsSince(c0);
     const double loss = sums[0] / cfg.globalBatch, norm = std::sqrt(sums[1]);
+    // What the log shows: nothing is computed under --emulate-compute (NaN: "-", null in the JSON).
+    const double shownLoss = o.emulateCompute ? NAN : loss, shownNorm = o.emulateCompute ? NAN : norm;
     const float clip = cfg.gradClip > 0 && norm > cfg.gradClip ? static_cast<float>(cfg.gradClip / (norm + 1e-6)) : 1;
     const double lr = schedule.lrAt(step);
     adam.step(params.data(), grads.data(), static_cast<float>(lr), clip);
@@ -672,8 +677,7 @@ int main(int argc, char** argv) {
     const double tps = tokensPerStep / stepS;
     const double mfu = ht::Gpt::flopsPerToken(cfg.model) * tps / (peakGflops * 1e9);
     if (json) {
-      nlohmann::json j{{"step", step + 1}, {"loss", o.emulateCompute ? nlohmann::json() : nlohmann::json(loss)},
-                       {"lr", lr}, {"grad_norm", o.emulateCompute ? nlohmann::json() : nlohmann::json(norm)},
+      nlohmann::json j{{"step", step + 1}, {"loss", shownLoss}, {"lr", lr}, {"grad_norm", shownNorm},
                        {"tokens_per_s", tps}, {"mfu", mfu}, {"compute_ms", computeS * 1e3},
                        {"comm_ms", commS * 1e3}, {"step_ms", stepS * 1e3}};
       if (hybrid) j["tp_comm_ms"] = groups->tpSeconds * 1e3, j["pipe_comm_ms"] = groups->p2pSeconds * 1e3;
@@ -683,19 +687,15 @@ int main(int argc, char** argv) {
     }
     if ((cfg.logEvery > 0 && (step + 1) % cfg.logEvery == 0) || step == 0 || evalNow) {
       progress.clear();
-      char lossText[32] = "-", normText[32] = "-";  // emulating, neither is computed
-      if (!o.emulateCompute) {
-        std::snprintf(lossText, sizeof lossText, "%.4f", loss);
-        std::snprintf(normText, sizeof normText, "%.3f", norm);
-      }
       std::printf("step %5lld/%lld | loss %s | lr %.2e | norm %s | %s tok/s | MFU %.1f%% | compute %.0f ms | comm "
                   "%.0f ms%s\n",
-                  (long long)(step + 1), (long long)cfg.steps, lossText, lr, normText, human(tps).c_str(), mfu * 100,
+                  (long long)(step + 1), (long long)cfg.steps, figure(shownLoss, "%.4f").c_str(), lr,
+                  figure(shownNorm, "%.3f").c_str(), human(tps).c_str(), mfu * 100,
                   computeS * 1e3, commS * 1e3,
                   (evalNow ? (" | val " + std::to_string(valLoss).substr(0, 6)) : std::string()).append(
                       emulated ? " | emulated" : "").c_str());
     }
-    progress.show(step + 1, o.emulateCompute ? NAN : loss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
+    progress.show(step + 1, shownLoss, secondsSince(runStart) / (step + 1) * (cfg.steps - step - 1));
   }
   progress.clear();
   saveCheckpoint(step);

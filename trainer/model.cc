@@ -366,13 +366,16 @@ Result<void> Gpt::backwardStage(int slot, const float* params, float* grads, flo
   return {};
 }
 
+Gpt::ForwardFlops Gpt::forwardFlopsPerToken(const ModelConfig& cfg) {
+  // 2 FLOPs per multiply-add. Matrix products: every weight once per token (the tied head included); attention:
+  // QK^T and att V, each T x C per token (the causal half counted whole, as PaLM's MFU does).
+  const double C = cfg.dModel, T = cfg.seqLen, V = cfg.vocabSize;
+  return {.attention = 2 * (3 * C * C + C * C) + 2 * 2 * T * C, .mlp = 2 * 8 * C * C, .head = 2 * V * C};
+}
+
 double Gpt::flopsPerToken(const ModelConfig& cfg) {
-  // 2 FLOPs per multiply-add; backward costs twice the forward. Matrix products: every weight once per token
-  // (the tied head included); attention: QK^T and att V, each T x C per token (the causal half counted whole,
-  // as PaLM's MFU does).
-  const double C = cfg.dModel, T = cfg.seqLen, L = cfg.nLayer, V = cfg.vocabSize;
-  const double matmulParams = L * (3 * C * C + C * C + 8 * C * C) + V * C;
-  return 6 * matmulParams + 6 * L * 2 * T * C;
+  const ForwardFlops f = forwardFlopsPerToken(cfg);
+  return 3 * (cfg.nLayer * (f.attention + f.mlp) + f.head);  // forward, and backward at twice the forward
 }
 
 }  // namespace hetcomm::trainer

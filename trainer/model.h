@@ -86,8 +86,13 @@ class Gpt final : public StageModel {
   Result<void> backwardStage(int slot, const float* params, float* grads, float lossScale, const float* dout,
                              float* dinput, const std::function<void(int group)>& groupDone) override;
 
-  // Floating-point operations of one forward + backward per token of the whole model (matrix products and
-  // attention), for MFU.
+  // Floating-point operations per token of one forward through a block's attention half (qkv, QK^T, att V,
+  // projection), its MLP half (fc and its projection) and the LM head, without tensor parallelism; a backward
+  // costs twice its forward. And of one forward + backward of the whole model, for MFU.
+  struct ForwardFlops {
+    double attention, mlp, head;
+  };
+  static ForwardFlops forwardFlopsPerToken(const ModelConfig& cfg);
   static double flopsPerToken(const ModelConfig& cfg);
   double flopsPerToken() const { return flopsPerToken(cfg_); }
 

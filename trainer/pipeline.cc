@@ -149,17 +149,24 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
   const int warmup = std::min(stages_ - stage_ - 1, M), slots = slotsFor(stage_, stages_, M);
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
   double lossSum = 0;
+  // Runs one forward or backward of the model and reports its compute time apart from its TP reductions.
+  auto timed = [&](auto&& run) {
+    const auto t0 = Clock::now();
+    const double tp0 = g_.tpSeconds;
+    auto r = run();
+    if (r && computeHook) computeHook(since(t0) - (g_.tpSeconds - tp0), g_.tpSeconds - tp0);
+    return r;
+  };
 
   auto forward = [&](int i) -> Result<void> {
     const size_t floats = size_t(micro[i].sequences) * T_ * C_;
     if (!first)
       if (auto r = recvBoundary(in_.data(), floats, stage_ - 1, g_.fwd()); !r) return r;
-    const auto t0 = Clock::now();
-    const double tp0 = g_.tpSeconds;
-    auto loss = model_.forwardStage(i % slots, params, micro[i].tokens, in_.data(), micro[i].targets,
-                                    micro[i].sequences, last ? nullptr : outs_[i].data());
+    auto loss = timed([&] {
+      return model_.forwardStage(i % slots, params, micro[i].tokens, in_.data(), micro[i].targets,
+                                 micro[i].sequences, last ? nullptr : outs_[i].data());
+    });
     if (!loss) return loss.error();
-    if (computeHook) computeHook(since(t0) - (g_.tpSeconds - tp0), g_.tpSeconds - tp0);
     lossSum += *loss * micro[i].sequences;
     if (!last) return sendBoundary(outs_[i].data(), floats, stage_ + 1, g_.fwd(), fwdStream_);
     return {};
@@ -168,13 +175,12 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     const size_t floats = size_t(micro[i].sequences) * T_ * C_;
     if (!last)
       if (auto r = recvBoundary(dout_.data(), floats, stage_ + 1, g_.bwd()); !r) return r;
-    const auto t0 = Clock::now();
-    const double tp0 = g_.tpSeconds;
-    if (auto r = model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(),
+    if (auto r = timed([&] {
+          return model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(),
                                       first ? nullptr : dins_[i].data(), i + 1 == M ? groupDone : nullptr);
+        });
         !r)
       return r;
-    if (computeHook) computeHook(since(t0) - (g_.tpSeconds - tp0), g_.tpSeconds - tp0);
     if (!first) return sendBoundary(dins_[i].data(), floats, stage_ - 1, g_.bwd(), bwdStream_);
     return {};
   };
