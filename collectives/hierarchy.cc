@@ -148,10 +148,12 @@ std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank)
   return {-1, -1};
 }
 
+double StageCost::us() const { return messages * alphaUs + bytes / (bwGBps * 1e3); }
+
 double pipelinedStagesUs(const std::vector<StageCost>& stages, double pieces) {
   double sum = 0, slowest = 0;
   for (const StageCost& st : stages) {
-    const double t = st.messages * st.alphaUs + st.bytes / (st.bwGBps * 1e3);
+    const double t = st.us();
     sum += t;
     slowest = std::max(slowest, t);
   }
@@ -181,34 +183,60 @@ StageCost pathsCost(const GroupView& g, const std::vector<std::vector<int>>& pat
 }
 
 double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vector<double>& bytes,
-                         const std::vector<double>& messages, double pieces) {
-  std::vector<StageCost> stages;
-  for (size_t i = 0; i < h.levels.size(); ++i) {
-    StageCost c = pathsCost(g, h.groupsOf(h.levels[i].dim), true, h.levels[i].sharers);
-    c.bytes = bytes[i];
-    c.messages = messages[i];
-    stages.push_back(c);
+                         const std::vector<double>& messages, double pieces, const std::vector<LevelPass>& passes) {
+  // levelUs[l][k]: level l's whole-operation time in its k-th group.
+  std::vector<std::vector<std::vector<int>>> groups(h.levels.size());
+  std::vector<std::vector<double>> levelUs(h.levels.size());
+  double slowest = 0;
+  for (size_t l = 0; l < h.levels.size(); ++l) {
+    groups[l] = h.groupsOf(h.levels[l].dim);
+    for (const auto& grp : groups[l]) {
+      StageCost c = pathCost(g, grp, true, h.levels[l].sharers);
+      c.bytes = bytes[l];
+      c.messages = messages[l];
+      levelUs[l].push_back(c.us());
+      slowest = std::max(slowest, levelUs[l].back());
+    }
   }
-  return pipelinedStagesUs(stages, pieces);
+  std::vector<double> ready(g.nranks, 0.0);  // one piece's critical path, per rank
+  for (const LevelPass& p : passes)
+    for (size_t k = 0; k < groups[p.level].size(); ++k) {
+      double start = 0;
+      for (int r : groups[p.level][k]) start = std::max(start, ready[r]);
+      for (int r : groups[p.level][k]) ready[r] = start + p.share * levelUs[p.level][k];
+    }
+  double sum = 0;
+  for (double path : ready) sum += slowest + std::max(0.0, path - slowest) / std::max(1.0, pieces);
+  return sum / std::max(1, g.nranks);
 }
 
-double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces) {
+double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces, bool topFirst) {
   auto h = hierarchyOf(g);
   if (!h) return 1e30;
+  const size_t L = h->levels.size();
   const double pieces = static_cast<double>(piecesFor(blockBytes, g.chunkBytes, maxPieces));
-  std::vector<double> bytes(h->levels.size()), messages(h->levels.size());
+  std::vector<double> bytes(L), messages(L);
+  std::vector<LevelPass> passes;
   double held = 1;
-  for (size_t l = h->levels.size(); l-- > 0;) {
+  for (size_t l = L; l-- > 0;) {
     const double n = static_cast<double>(h->levels[l].members.size());
     bytes[l] = (n - 1) * held * static_cast<double>(blockBytes);
     messages[l] = (n - 1) * held * pieces;
     held *= n;
+    passes.push_back({l, 1.0});
   }
-  return pipelinedLevelsUs(g, *h, bytes, messages, pieces);
+  if (!topFirst) std::reverse(passes.begin(), passes.end());
+  return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes);
 }
 
 size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most) {
   return std::clamp<size_t>(bytes / std::max<size_t>(1, 2 * chunkBytes), 1, most);
+}
+
+void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece,
+               const std::vector<uint32_t>& topDone) {
+  for (size_t c = kPaceWindow * perPiece; c < entries.size(); ++c)
+    s.steps[entries[c]].dependOn(topDone[c / perPiece - kPaceWindow]);
 }
 
 }  // namespace hetcomm::coll

@@ -77,6 +77,7 @@ std::optional<Hierarchy> hierarchyOf(const GroupView& g);
 // One stage of a pipelined plan: what one rank sends in it, in how many messages, over its slowest link.
 struct StageCost {
   double bytes = 0, messages = 0, bwGBps = 1, alphaUs = 0;
+  double us() const;  // alone: latency per message plus bytes over the link
 };
 // Pipelined over `pieces`, the slowest stage sets the pace and the others add their share of one piece (fill
 // and drain).
@@ -87,20 +88,38 @@ StageCost pathCost(const GroupView& g, const std::vector<int>& path, bool closed
 // The slowest of several paths that run at once.
 StageCost pathsCost(const GroupView& g, const std::vector<std::vector<int>>& paths, bool closed, int sharers = 1);
 
-// The alpha-beta time of a pipelined hierarchy: each level's time is latency per message plus its bytes over
-// the slowest link of its ring (shared by `sharers` ranks of a host); pipelined over `pieces`, the slowest
-// level sets the pace and the others add their share of one piece (fill and drain). bytes[l] is what a rank
-// of level l sends in the whole operation, messages[l] how many messages it sends. Every group of a level
-// counts, so the time is the same on every rank.
+// The alpha-beta time of a pipelined hierarchy. A level's time, per group, is latency per message plus its bytes
+// over the slowest link of that group's ring (shared by `sharers` ranks of a host); bytes[l] is what a rank of
+// level l sends in the whole operation, messages[l] how many messages it sends. Pipelined over `pieces`, the
+// slowest level of any group sets the pace, and each rank adds its own fill and drain: its critical path through
+// `passes` (the levels in the order one piece visits them, each with its share of the level's time), where a
+// group starts a pass once its last member is ready, over pieces. The result is the mean over ranks (what
+// all_reduce_perf reports by default), computed from every group, so every rank predicts the same time.
+struct LevelPass {
+  size_t level;
+  double share;
+};
 double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vector<double>& bytes,
-                         const std::vector<double>& messages, double pieces);
+                         const std::vector<double>& messages, double pieces, const std::vector<LevelPass>& passes);
 
-// Hierarchical all-gather or reduce-scatter of blockBytes per rank, cut into pieces: a level with n members,
-// each holding a set of as many blocks as the levels above have members together, sends n-1 sets.
-double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces);
+// Hierarchical all-gather (the top level first) or reduce-scatter (the host level first) of blockBytes per rank,
+// cut into pieces: a level with n members, each holding a set of as many blocks as the levels above have members
+// together, sends n-1 sets.
+double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces, bool topFirst);
 
 // Pieces of a pipelined hierarchical plan: about two chunks each, so the top level's messages stay a useful
 // size; at most `most`.
 size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most);
+
+// Pieces a pipelined plan lets its lowest level run ahead of its top level's reduce-scatter. Unpaced, every piece
+// is ready at the start, so the fast lower levels run the whole buffer at once: on an oversubscribed host that
+// burst takes every core while the slow top level, which sets the time, waits for its first piece, and its
+// messages queue behind it. A few pieces in flight keep every level busy (a piece crosses the levels below the
+// top faster than the top sends one) and the top level fed from its first piece on.
+constexpr size_t kPaceWindow = 4;
+// Makes entries[c], a first-level step of piece c / perPiece, wait for topDone of the piece kPaceWindow earlier.
+// Deadlock-free: a piece waits only on earlier pieces, on every rank.
+void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece,
+               const std::vector<uint32_t>& topDone);
 
 }  // namespace hetcomm::coll

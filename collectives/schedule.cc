@@ -1,5 +1,7 @@
 #include "collectives/schedule.h"
 
+#include <vector>
+
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -49,16 +51,41 @@ uint32_t Schedule::divide(Slice dst) {
   return add(s);
 }
 
+// Kahn's algorithm: a step is released once every step it depends on is; whatever is never released waits on a
+// cycle (or on a step that does not exist), and the executor would hang on it.
+std::string Schedule::dependencyCycle() const {
+  const size_t n = steps.size();
+  std::vector<uint32_t> left(n), order;
+  std::vector<std::vector<uint32_t>> dependents(n);
+  for (size_t i = 0; i < n; ++i) {
+    left[i] = steps[i].ndeps;
+    for (int d = 0; d < steps[i].ndeps; ++d) {
+      const uint32_t on = steps[i].deps[d];
+      if (on >= n) return format("step %zu depends on step %u, which does not exist", i, on);
+      if (on == i) return format("step %zu depends on itself", i);
+      dependents[on].push_back(static_cast<uint32_t>(i));
+    }
+    if (left[i] == 0) order.push_back(static_cast<uint32_t>(i));
+  }
+  for (size_t k = 0; k < order.size(); ++k)
+    for (uint32_t d : dependents[order[k]])
+      if (--left[d] == 0) order.push_back(d);
+  if (order.size() == n) return {};
+  size_t stuck = 0;
+  while (left[stuck] == 0) ++stuck;
+  return format("step %zu is in a dependency cycle (or waits on one): %zu of %zu steps can never run", stuck,
+                n - order.size(), n);
+}
+
 std::string Schedule::validate(size_t sendBytes, size_t recvBytes) const {
   auto fits = [&](const Slice& sl) {
     if (sl.buf >= Buf::kExtra0) return true;  // sized by the caller
     size_t cap = sl.buf == Buf::kSend ? sendBytes : sl.buf == Buf::kRecv ? recvBytes : scratchBytes;
     return sl.offset <= cap && sl.bytes <= cap - sl.offset;
   };
+  if (std::string cycle = dependencyCycle(); !cycle.empty()) return cycle;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& s = steps[i];
-    for (int d = 0; d < s.ndeps; ++d)
-      if (s.deps[d] >= i) return format("step %zu depends on later step %u", i, s.deps[d]);
     switch (s.op) {
       case Step::Op::kSend:
         if (!fits(s.src)) return format("step %zu: send slice out of bounds", i);

@@ -68,8 +68,11 @@ struct Schedule {
   uint32_t reduce(Slice dst, Slice a, Slice b);
   uint32_t copy(Slice dst, Slice src);
   uint32_t divide(Slice dst);
-  // Checks indices, dependencies (only on earlier steps) and slice bounds; used by tests and debug builds.
+  // Checks indices, dependencies (acyclic) and slice bounds; used by tests and debug builds.
   std::string validate(size_t sendBytes, size_t recvBytes) const;
+  // Empty when every step can run eventually; otherwise which step waits forever. A step may depend on a later
+  // one (pacing ties an early level to a later level's progress).
+  std::string dependencyCycle() const;
 };
 
 }  // namespace hetcomm::coll

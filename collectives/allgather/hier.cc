@@ -24,7 +24,7 @@ class HierAllGather final : public Algorithm {
   }
 
   double estimateUs(const Args& a, const GroupView& g) const override {
-    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces);
+    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/true);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

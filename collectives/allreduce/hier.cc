@@ -5,7 +5,8 @@
 // reaches a level shrinks by the size of every level below, so the slow fabric carries the least.
 //
 // The buffer is cut into pieces that flow through the levels independently (each level is a ring whose "chunks"
-// are the pieces): while the cross-island ring streams piece p, the island rings already work on piece p+1.
+// are the pieces): while the cross-island ring streams piece p, the island rings already work on piece p+1. A
+// piece enters the host level only once the top level has reduced the piece kPaceWindow before it (paceToTop).
 //
 // Needs a uniform shape: the same number of ranks on every host and of hosts in every island, and two levels or
 // more (with one, it is the plain ring).
@@ -33,13 +34,17 @@ class HierAllReduce final : public Algorithm {
     const double pieces = static_cast<double>(piecesFor(total, g.chunkBytes, kMaxPieces));
     double reaching = static_cast<double>(total);
     std::vector<double> bytes, messages;
-    for (const Level& l : h->levels) {
-      const double n = static_cast<double>(l.members.size());
+    std::vector<LevelPass> passes;  // a piece goes up through the reduce-scatters and down the all-gathers
+    const size_t L = h->levels.size();
+    for (size_t l = 0; l < L; ++l) {
+      const double n = static_cast<double>(h->levels[l].members.size());
       bytes.push_back(2.0 * (n - 1) / n * reaching);
       messages.push_back(2.0 * (n - 1) * pieces);
       reaching /= n;
+      passes.push_back({l, 0.5});
     }
-    return pipelinedLevelsUs(g, *h, bytes, messages, pieces);
+    for (size_t l = L; l-- > 0;) passes.push_back({l, 0.5});
+    return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
@@ -95,6 +100,7 @@ class HierAllReduce final : public Algorithm {
       tag += static_cast<uint32_t>((ring.n - 1) * P);
       ready = rs[l].done;
     }
+    paceToTop(s, rs[0].sends[0], 1, rs[L - 1].done);
     for (size_t l = L; l-- > 0;) {
       auto at = [&, l](int b, size_t p) { return slice(Buf::kRecv, l, b, p); };
       ready = emitRingAllGather(s, rings[l], at, at, ready, rs[l].sends, tag);

@@ -26,26 +26,34 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     return a.kind == CollKind::kAllReduce && g.nranks > 1;
   }
 
+  // Each step is paced by its slowest pair. The ranks of a host whose partners are all off the host at once, over
+  // the same kind of link (within their island, or across islands), share that NIC.
   double estimateUs(const Args& a, const GroupView& g) const override {
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     const int n = g.nranks, p = largestPowerOfTwo(n);
-    double steps = 0;
-    for (int d = 1; d < p; d *= 2) ++steps;
-    if (p != n) steps += 2;  // the extra ranks' hand-in and hand-back
-    // Every pair may be a different link: the worst one paces each step.
-    double alpha = 0, bw = 1e30;
-    for (int i = 0; i < n; ++i)
-      for (int d = 1; d < p; d *= 2) {
-        const int j = i ^ d;
-        if (j >= n) continue;
-        alpha = std::max(alpha, g.alphaUs(i, j));
-        bw = std::min(bw, g.bwGBps(i, j));
+    auto stepUs = [&](auto partner) {  // partner(i): rank i's peer in this step, or -1
+      double worst = 0;
+      for (int i = 0; i < n; ++i) {
+        const int j = partner(i);
+        if (j < 0) continue;
+        int sharers = 1;
+        if (g.hostOf(i) != g.hostOf(j)) {
+          sharers = 0;
+          for (int k = 0; k < n; ++k) {
+            const int m = partner(k);
+            sharers += m >= 0 && g.hostOf(k) == g.hostOf(i) && g.hostOf(m) != g.hostOf(k) &&
+                       (g.islandOf(m) == g.islandOf(k)) == (g.islandOf(j) == g.islandOf(i));
+          }
+        }
+        worst = std::max(worst, g.alphaUs(i, j) + bytes * sharers / (g.bwGBps(i, j) * 1e3));
       }
-    for (int i = p; i < n; ++i) {
-      alpha = std::max(alpha, g.alphaUs(i, i - p));
-      bw = std::min(bw, g.bwGBps(i, i - p));
-    }
-    return steps * (alpha + bytes / (bw * 1e3));
+      return worst;
+    };
+    // The extra ranks' hand-in and hand-back, then one step per bit.
+    auto extra = [&](int i) { return i >= p ? i - p : i + p < n ? i + p : -1; };
+    double us = p != n ? 2 * stepUs(extra) : 0;
+    for (int d = 1; d < p; d *= 2) us += stepUs([&](int i) { return i < p ? i ^ d : -1; });
+    return us;
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

@@ -5,7 +5,8 @@
 // an island carries its share over the slow fabric at once.
 //
 // Partial sums live in scratch laid out like the input (rank q's block at q * bytes): a level reads there what
-// the level below left and adds into the same place. Each block is cut into pieces that flow up on their own.
+// the level below left and adds into the same place. Each block is cut into pieces that flow up on their own,
+// paced by the top level (paceToTop).
 #include "collectives/algorithm_list.h"
 #include "collectives/hierarchy.h"
 #include "collectives/ring_phases.h"
@@ -23,7 +24,7 @@ class HierReduceScatter final : public Algorithm {
   }
 
   double estimateUs(const Args& a, const GroupView& g) const override {
-    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces);
+    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/false);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
@@ -42,6 +43,8 @@ class HierReduceScatter final : public Algorithm {
     size_t stageBase = g.nranks * bytes;
     // done[q][p]: the step that left this rank's partial sum of piece p of rank q's block final for the level.
     std::vector<std::vector<uint32_t>> done(g.nranks);
+    std::vector<uint32_t> firstSends;  // the lowest level's first sends, chunk c of piece c / nb0
+    size_t nb0 = 1;
     uint32_t tag = 0;
     for (size_t l = 0; l < L; ++l) {
       const Level& lv = h->levels[l];
@@ -75,6 +78,10 @@ class HierReduceScatter final : public Algorithm {
         }
       }
       const ReduceScatterSteps rs = emitRingReduceScatter(s, ring, in, acc, out, stageBase, tag, inputReady, last);
+      if (first) {
+        firstSends = rs.sends[0];
+        nb0 = nb;
+      }
       stageBase += ringStageBytes(ring);
       tag += static_cast<uint32_t>((n - 1) * chunks);
       for (size_t c = 0; c < chunks; ++c) {
@@ -83,6 +90,7 @@ class HierReduceScatter final : public Algorithm {
         d[c / nb] = rs.done[c];
       }
     }
+    paceToTop(s, firstSends, nb0, done[h->me]);
     s.scratchBytes = stageBase;
     return s;
   }

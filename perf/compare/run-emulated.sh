@@ -6,10 +6,13 @@
 # only runs for allreduce.
 #
 # Each round runs, in this order:
-#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b 1M -e 64M -f 64 -c 0 -n ITERS -w WARMUP -z 1
+#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b SIZE -e SIZE -c 0 -n N -w WARMUP -z 1, once for 1 MiB
+#          (N = SMALL_ITERS: a 30 ms call varies by 10 % from one to the next) and once for 64 MiB (N = ITERS)
 #   ring   the same with -x HETCOMM_ALGO=ring (chain for broadcast and reduce)
 #   gloo   gloo_allreduce --algo ring, one process per rank inside its host's namespace (ip netns exec), bound to
 #          the host's address on the one fabric every host shares (Gloo's TCP device uses one interface)
+#   ALGO   with --algos ALGO,...: the same as auto with -x HETCOMM_ALGO=ALGO, for each one (e.g. --algos rd,hier:
+#          every allreduce algorithm's predicted against measured time)
 # busbw is recomputed from the time column (us), which has more digits than the GB/s ones at these rates.
 # Prints median (min-max) busbw, the algorithm and predicted time per row, the ratios, and the best-schedule
 # bound derived from the link rates (perf/README.md explains it; allreduce only): cuts of the cluster (each host,
@@ -20,7 +23,7 @@
 # overlap one call's last levels with the next one's first (at 1 MiB, 20 % faster than one call alone).
 #
 # Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--coll allreduce] [--rounds 3]
-#                                     [--iters 3] [--warmup 1]
+#                                     [--iters 3] [--small-iters 20] [--warmup 1] [--algos ALGO,...]
 #                                     [--no-gloo] [--keep-up] [--json FILE] [--timeout 900]
 # Needs root (network namespaces); brings the cluster up if it is not, and down again unless --keep-up or it was
 # already up.
@@ -31,8 +34,10 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 CLUSTER=$REPO_ROOT/clusters/mixed-4x2.json
 ROUNDS=3
 ITERS=3
+SMALL_ITERS=20
 WARMUP=1
 RUN_GLOO=1
+EXTRA_ALGOS=()
 KEEP_UP=0
 JSON_OUT=""
 TIMEOUT_S=900
@@ -52,7 +57,9 @@ while [[ $# -gt 0 ]]; do
     --coll) COLL=${2:?}; shift 2 ;;
     --rounds) ROUNDS=${2:?}; shift 2 ;;
     --iters) ITERS=${2:?}; shift 2 ;;
+    --small-iters) SMALL_ITERS=${2:?}; shift 2 ;;
     --warmup) WARMUP=${2:?}; shift 2 ;;
+    --algos) IFS=, read -r -a EXTRA_ALGOS <<<"${2:?}"; shift 2 ;;
     --no-gloo) RUN_GLOO=0; shift ;;
     --keep-up) KEEP_UP=1; shift ;;
     --json) JSON_OUT=${2:?}; shift 2 ;;
@@ -61,7 +68,10 @@ while [[ $# -gt 0 ]]; do
     *) echo "run-emulated: unknown argument: $1" >&2; usage 2 ;;
   esac
 done
-for v in ROUNDS ITERS TIMEOUT_S; do [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"; done
+for v in ROUNDS ITERS SMALL_ITERS TIMEOUT_S; do
+  flag=${v,,}
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${flag//_/-} must be a positive integer"
+done
 [[ $WARMUP =~ ^[0-9]+$ ]] || die "--warmup must be a non-negative integer"
 case $COLL in
   allreduce) PERF=all_reduce_perf FLAT=ring ;;
@@ -71,6 +81,10 @@ case $COLL in
   reduce) PERF=reduce_perf FLAT=chain RUN_GLOO=0 ;;
   *) die "--coll must be allreduce, allgather, reducescatter, broadcast or reduce (got '$COLL')" ;;
 esac
+for a in "${EXTRA_ALGOS[@]}"; do
+  [[ $a =~ ^[a-z0-9_-]+$ && $a != auto && $a != gloo && $a != "$FLAT" ]] \
+    || die "--algos: '$a' is not a hetcomm algorithm name other than auto and $FLAT (which always run)"
+done
 RUN=$BUILD/bin/hetcomm-run
 for b in "$RUN" "$BUILD/bin/$PERF"; do [[ -x $b ]] || die "missing $b (build first)"; done
 cluster_up "$CLUSTER" "$KEEP_UP"
@@ -108,8 +122,8 @@ mkdir -p "$LOG_DIR"
 SAMPLES=$LOG_DIR/samples.tsv  # peer size round time_us algorithm predicted_us
 : >"$SAMPLES"
 
-rows() {  # PEER ROUND LOG: "peer size round time algo predicted" from an nccl-tests style table (rank 0)
-  python3 - "$1" "$2" "$3" "$SIZES" <<'PY' >>"$SAMPLES"
+rows() {  # PEER ROUND LOG SIZE: "peer size round time algo predicted" from an nccl-tests style table (rank 0)
+  python3 - "$1" "$2" "$3" "$4" <<'PY' >>"$SAMPLES"
 import re, sys
 peer, rnd, log, sizes = sys.argv[1:5]
 want = {int(s) for s in sizes.split(",")}
@@ -134,13 +148,13 @@ for s in sorted(got):
 PY
 }
 
-run_gloo() {  # LOG
+run_gloo() {  # LOG SIZE ITERS
   local store pids=() r=0 rc=0
   store=$(mktemp -d)
   for place in "${PLACES[@]}"; do
     read -r ns addr <<<"$place"
     ip netns exec "$ns" timeout "$TIMEOUT_S" "$GLOO_BIN" --rank "$r" --size "$NRANKS" --store "$store" \
-      --host "$addr" --algo ring --sizes "$SIZES" --iters "$ITERS" --warmup "$WARMUP" >"$1.rank$r" 2>&1 &
+      --host "$addr" --algo ring --sizes "$2" --iters "$3" --warmup "$WARMUP" >"$1.rank$r" 2>&1 &
     pids+=($!)
     r=$((r + 1))
   done
@@ -152,23 +166,31 @@ run_gloo() {  # LOG
 
 echo "run-emulated: cluster $NAME ($NRANKS ranks), $ROUNDS rounds; logs in $LOG_DIR" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
-  for peer in auto "$FLAT" gloo; do
-    log=$LOG_DIR/$peer.round$r.log
-    case $peer in
-      auto) run_logged "$log" "$RUN" --cluster "$CLUSTER" "$BUILD/bin/$PERF" -b 1M -e 64M -f 64 -c 0 \
-              -n "$ITERS" -w "$WARMUP" -z 1 ;;
-      "$FLAT") run_logged "$log" "$RUN" --cluster "$CLUSTER" -x HETCOMM_ALGO="$FLAT" "$BUILD/bin/$PERF" -b 1M \
-              -e 64M -f 64 -c 0 -n "$ITERS" -w "$WARMUP" -z 1 ;;
-      gloo) [[ $RUN_GLOO -eq 1 ]] || continue; run_gloo "$log" ;;
-    esac
-    rows "$peer" "$r" "$log"
+  for peer in auto "$FLAT" gloo "${EXTRA_ALGOS[@]}"; do
+    [[ $peer != gloo || $RUN_GLOO -eq 1 ]] || continue
+    for size in ${SIZES//,/ }; do
+      iters=$ITERS
+      ((size >= 16 << 20)) || iters=$SMALL_ITERS
+      log=$LOG_DIR/$peer.round$r.$size.log
+      algo=()
+      [[ $peer == auto ]] || algo=(-x HETCOMM_ALGO="$peer")
+      if [[ $peer == gloo ]]; then
+        run_gloo "$log" "$size" "$iters"
+      else
+        run_logged "$log" "$RUN" --cluster "$CLUSTER" "${algo[@]}" "$BUILD/bin/$PERF" -b "$size" -e "$size" -c 0 \
+          -n "$iters" -w "$WARMUP" -z 1
+      fi
+      rows "$peer" "$r" "$log" "$size"
+    done
     echo "run-emulated: round $r $peer: $(awk -v p="$peer" -v r="$r" '$1 == p && $3 == r { printf "%s B %.0f us  ", $2, $4 }' "$SAMPLES")" >&2
   done
 done
 
-python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$COLL" "$FLAT" <<'PY'
+python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$COLL" "$FLAT" "$SMALL_ITERS" \
+  "${EXTRA_ALGOS[@]}" <<'PY'
 import json, statistics, sys, time
-samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat = sys.argv[1:10]
+samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat, small_iters = sys.argv[1:11]
+extra = [a for a in sys.argv[11:] if a not in ("auto", flat, "gloo")]
 s = json.load(open(state))
 hosts = s["hosts"]
 n = len(hosts) * s["ranksPerHost"]
@@ -216,10 +238,11 @@ busf = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter
 def busbw(size, t_us):
     return size / (t_us * 1e-6) / 1e9 * busf
 print(f"\n{coll} float32 on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
-      f"island(s)); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations")
+      f"island(s)); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations "
+      f"({small_iters} below 16 MiB)")
 print(f"{'peer':<8}{'size':>10}{'busbw':>28}{'time (us)':>14}{'algorithm':>11}{'predicted (us)':>16}{'pred/meas':>11}")
 summary = {}
-for peer in ("auto", flat, "gloo"):
+for peer in ["auto", flat, "gloo"] + extra:
     for size, d in sorted(data.get(peer, {}).items()):
         bws = [busbw(size, t) for t in d["t"]]
         tm = statistics.median(d["t"])
@@ -250,7 +273,7 @@ for k, v in ratios.items():
 if json_out:
     with open(json_out, "w") as f:
         json.dump({"cluster": s["name"], "collective": coll, "nranks": n, "rounds": int(rounds),
-                   "iters": int(iters), "warmup": int(warmup), "logs": log_dir,
+                   "iters": int(iters), "small_iters": int(small_iters), "warmup": int(warmup), "logs": log_dir,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bound": bound,
                    "results": {p: {str(k): v for k, v in d.items()} for p, d in summary.items()},
                    "ratios": ratios}, f, indent=2)

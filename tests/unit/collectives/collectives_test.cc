@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "collectives/algorithm.h"
+#include "collectives/algorithm_list.h"
+#include "collectives/hierarchy.h"
 #include "kernels/reduce.h"
 #include "tests/support/sim_transport.h"
 
@@ -345,6 +347,123 @@ TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
   g.host = {0, 0, 0, 1, 2, 2, 3, 3};
   EXPECT_FALSE(selectAlgorithm(a, g, "")->algo->name() == "hier");
   EXPECT_EQ(selectAlgorithm(a, g, "hier")->algo->name(), "ring");
+}
+
+// The lowest level runs at most kPaceWindow pieces ahead of the top one: of the first sends within the host, only
+// that many (per chunk of a piece) may go out before anything has come back across the islands. Unpaced, all 64
+// would, and the host and island levels would burst through the whole buffer while the slow top level waits.
+TEST(Collectives, HierarchicalLowerLevelsArePacedByTheTopLevel) {
+  const testing::SimTopology t = shape(4, 2, 2);
+  struct Expect {
+    CollKind kind;
+    size_t count;
+    size_t unpacedSends;  // host-level sends that wait on nothing from the other island
+  };
+  // 64 pieces of allreduce; 16 pieces of reduce-scatter, each 4 chunks at the host level (one per rank place).
+  for (Expect e : {Expect{CollKind::kAllReduce, 128 << 10, kPaceWindow},
+                   Expect{CollKind::kReduceScatter, 32 << 10, 4 * kPaceWindow}}) {
+    GroupView g;
+    g.rank = 0;
+    g.nranks = 8;
+    g.host = t.host;
+    g.island = t.island;
+    g.chunkBytes = 4096;
+    Args a;
+    a.kind = e.kind;
+    a.count = e.count;
+    auto sel = selectAlgorithm(a, g, "hier");
+    ASSERT_TRUE(sel);
+    auto plan = sel->algo->plan(a, g);
+    ASSERT_TRUE(plan);
+    const std::vector<Step>& steps = plan->steps;
+    EXPECT_EQ(plan->dependencyCycle(), "");
+    // crossed[i]: step i is, or waits on, a receive from the other island. Dependencies may point forward, so
+    // sweep until nothing changes.
+    std::vector<bool> crossed(steps.size());
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < steps.size(); ++i) {
+        bool c = steps[i].op == Step::Op::kRecv && t.island[steps[i].peer] != t.island[0];
+        for (int d = 0; d < steps[i].ndeps; ++d) c = c || crossed[steps[i].deps[d]];
+        if (c && !crossed[i]) crossed[i] = changed = true;
+      }
+    }
+    size_t hostSends = 0, unpaced = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (steps[i].op != Step::Op::kSend || t.host[steps[i].peer] != t.host[0]) continue;
+      ++hostSends;
+      if (!crossed[i]) ++unpaced;
+    }
+    EXPECT_EQ(unpaced, e.unpacedSends) << name(e.kind) << ": " << hostSends << " host-level sends";
+  }
+}
+
+TEST(Collectives, ScheduleDependenciesMayPointForwardButNeverInACycle) {
+  Schedule s;
+  const Slice none{Buf::kRecv, 0, 0};
+  const uint32_t a = s.copy(none, none), b = s.copy(none, none), c = s.copy(none, none);
+  s.steps[a].dependOn(c);  // forward: fine while c does not wait on a
+  s.steps[b].dependOn(a);
+  EXPECT_EQ(s.validate(0, 0), "");
+  s.steps[c].dependOn(b);  // a -> c -> b -> a
+  EXPECT_NE(s.validate(0, 0).find("dependency cycle"), std::string::npos) << s.validate(0, 0);
+  Schedule t;
+  t.steps.push_back(Step{Step::Op::kCopy});
+  t.steps[0].dependOn(7);
+  EXPECT_EQ(t.validate(0, 0), "step 0 depends on step 7, which does not exist");
+}
+
+// One piece of a hierarchical allreduce, islands of unequal speed: each rank's time is its own critical path (a
+// group starts a level once its slowest member is ready), and the prediction is their mean, not the sum of every
+// level's slowest group (which only the slow island's ranks pay).
+TEST(Collectives, HierEstimateIsTheMeanOfEachRanksCriticalPath) {
+  testing::SimTopology t = shape(4, 2, 2);
+  for (size_t i = 0; i < t.bw.size(); ++i)
+    if (t.island[i / 8] == 1 && t.island[i % 8] == 1 && t.host[i / 8] != t.host[i % 8]) t.bw[i] = 0.5;
+  GroupView g;
+  g.nranks = 8;
+  g.host = t.host;
+  g.island = t.island;
+  g.bw = t.bw;
+  g.alpha.assign(t.bw.size(), 0.0);
+  g.chunkBytes = 1 << 20;
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 256 << 10;  // 1 MiB: one piece
+  const double mib = 1 << 20;
+  // Whole-level times (us): the host moves 1 MiB at 10 GB/s; the island 512 KiB at 1 (island 0) or 0.5 GB/s
+  // (island 1), shared by a host's 2 ranks; across islands 256 KiB at 0.1 GB/s, shared. Half up, half down.
+  const double host = mib / 10e3, fast = mib / 2 / 0.5e3, slow = mib / 2 / 0.25e3, cross = mib / 4 / 0.05e3;
+  const double crossDone = host / 2 + slow / 2 + cross;  // the cross level starts when island 1 is ready
+  const double island0 = crossDone + fast / 2 + host / 2, island1 = crossDone + slow / 2 + host / 2;
+  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), (island0 + island1) / 2, 1e-6);
+  // Equal islands: every rank's path is the sum of the levels.
+  g.bw = shape(4, 2, 2).bw;
+  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), host + fast + cross, 1e-6);
+}
+
+// Recursive doubling: each step at its slowest pair, where a host's ranks that all talk off the host at once share
+// its NIC; the extra ranks of a non-power-of-two group add a hand-in and a hand-back.
+TEST(Collectives, RecursiveDoublingEstimateSharesAHostsNic) {
+  auto view = [](const testing::SimTopology& t) {
+    GroupView g;
+    g.nranks = static_cast<int>(t.host.size());
+    g.host = t.host;
+    g.island = t.island;
+    g.bw = t.bw;
+    g.alpha.assign(t.bw.size(), 0.0);
+    return g;
+  };
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 1 << 20;
+  const double b = 4.0 * a.count;
+  // 4 hosts x 2 ranks, 2 islands: partners on the host (10 GB/s), in the island (1 GB/s, 2 ranks per NIC), across
+  // (0.1 GB/s, 2 ranks per NIC).
+  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, view(shape(4, 2, 2))), b / 10e3 + 2 * b / 1e3 + 2 * b / 0.1e3,
+              1e-6);
+  // 5 hosts of one rank: rank 4 hands in to rank 0 and gets the result back; two steps of 4 ranks.
+  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, view(shape(5, 1, 1))), 4 * b / 1e3, 1e-6);
 }
 
 // Every rank selects on its own, so every rank must predict the same times, even where the islands' fabrics
