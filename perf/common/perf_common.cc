@@ -57,6 +57,7 @@ struct Options {
   int check = 1;
   int blocking = 0;
   int average = 1;
+  int barrierEach = 0;
   int root = 0;  // -1: every root
   std::vector<hetcommRedOp_t> ops;
   std::vector<hetcommDataType_t> types;
@@ -128,6 +129,10 @@ int parseOptions(const CollTest& test, int argc, char** argv, Options* o) {
       ->capture_default_str();
   app.add_option("-a,--average", o->average, "time across ranks: 0 rank 0, 1 average, 2 minimum, 3 maximum")
       ->capture_default_str();
+  app.add_option("--barrier-each", o->barrierEach,
+                 "1: a barrier before each timed call, each call timed from it to its completion (OSU's latency "
+                 "tests: one call from a common start); 0: back to back, as nccl-tests")
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -167,6 +172,7 @@ int parseOptions(const CollTest& test, int argc, char** argv, Options* o) {
     if (o->check < 0) throw ValidationError("-c,--check", "must be >= 0");
     if (o->blocking != 0 && o->blocking != 1) throw ValidationError("-z,--blocking", "must be 0 or 1");
     if (o->average < 0 || o->average > 3) throw ValidationError("-a,--average", "must be 0, 1, 2 or 3");
+    if (o->barrierEach != 0 && o->barrierEach != 1) throw ValidationError("--barrier-each", "must be 0 or 1");
 
     if (op == "all") {
       o->ops.assign(std::begin(kAllOps), std::end(kAllOps));
@@ -348,7 +354,11 @@ class Runner {
         "validation: %d graph: %d unalign: %d\n",
         1, 1, opt_.minBytes, opt_.maxBytes, factor ? static_cast<size_t>(opt_.stepFactor) : opt_.stepBytes,
         factor ? "factor" : "bytes", opt_.warmupIters, opt_.iters, 1, opt_.check, 0, 0);
-    if (opt_.blocking) print("# Blocking Enabled: wait for completion after each collective (no barrier)\n");
+    if (opt_.barrierEach) {
+      print("# Barrier Each: a barrier before each timed call, which is timed from it to its completion\n");
+    } else if (opt_.blocking) {
+      print("# Blocking Enabled: wait for completion after each collective (no barrier)\n");
+    }
     print("#\n");
 
     RankInfo mine{};
@@ -450,11 +460,7 @@ class Runner {
     completeColl();
     barrier();
 
-    const auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < opt_.iters; ++i) startColl(inPlace);
-    completeColl();
-    const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
-    const double sec = combineTime(elapsed.count() / opt_.iters);
+    const double sec = combineTime(timedCalls(inPlace) / opt_.iters);
 
     const double bytes = static_cast<double>(counts_.paramCount * elt_) * (test_.bytesScaleWithRanks ? nranks_ : 1);
     const double algBw = bytes / 1.0e9 / sec;
@@ -483,6 +489,28 @@ class Runner {
     }
     bwSum_ += busBw;
     ++bwCount_;
+  }
+
+  // Seconds this rank spent in the timed calls. Back to back, a rank that finishes a call early starts the next:
+  // for a rooted collective the ranks near the root run ahead of the slowest one, and the average over ranks
+  // falls below what one call takes. --barrier-each times each call alone from a common start instead.
+  double timedCalls(bool inPlace) {
+    using Clock = std::chrono::steady_clock;
+    if (!opt_.barrierEach) {
+      const auto start = Clock::now();
+      for (int i = 0; i < opt_.iters; ++i) startColl(inPlace);
+      completeColl();
+      return std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    double total = 0;
+    for (int i = 0; i < opt_.iters; ++i) {
+      barrier();
+      const auto start = Clock::now();
+      startColl(inPlace);
+      completeColl();
+      total += std::chrono::duration<double>(Clock::now() - start).count();
+    }
+    return total;
   }
 
   // An allreduce of one element on the NULL stream: returns once every rank has reached it.

@@ -21,6 +21,9 @@
 # broadcast and reduce 1 (sizes are the whole buffer, as in nccl-tests). hetcomm runs blocking (-z 1): each
 # call is timed on its own, which is what the cost model predicts and what Gloo's calls do; queued calls would
 # overlap one call's last levels with the next one's first (at 1 MiB, 20 % faster than one call alone).
+# Broadcast and reduce run with --barrier-each 1 -a 3: each call from a common start, the time of the slowest
+# rank. Back to back, the ranks near the root finish a call early and start the next, so the average over ranks
+# measures neither one call nor the rate of many; the cost model predicts when the last rank is done.
 #
 # Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--coll allreduce] [--rounds 3]
 #                                     [--iters 3] [--small-iters 20] [--warmup 1] [--algos ALGO,...]
@@ -44,6 +47,7 @@ TIMEOUT_S=900
 BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 SIZES="1048576,67108864"
 COLL=allreduce
+TIMING=()  # how perf times a call; rooted collectives override it (see the comment above)
 
 die() { echo "run-emulated: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
@@ -77,8 +81,8 @@ case $COLL in
   allreduce) PERF=all_reduce_perf FLAT=ring ;;
   allgather) PERF=all_gather_perf FLAT=ring RUN_GLOO=0 ;;
   reducescatter) PERF=reduce_scatter_perf FLAT=ring RUN_GLOO=0 ;;
-  broadcast) PERF=broadcast_perf FLAT=chain RUN_GLOO=0 ;;
-  reduce) PERF=reduce_perf FLAT=chain RUN_GLOO=0 ;;
+  broadcast) PERF=broadcast_perf FLAT=chain RUN_GLOO=0 TIMING=(--barrier-each 1 -a 3) ;;
+  reduce) PERF=reduce_perf FLAT=chain RUN_GLOO=0 TIMING=(--barrier-each 1 -a 3) ;;
   *) die "--coll must be allreduce, allgather, reducescatter, broadcast or reduce (got '$COLL')" ;;
 esac
 for a in "${EXTRA_ALGOS[@]}"; do
@@ -178,7 +182,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         run_gloo "$log" "$size" "$iters"
       else
         run_logged "$log" "$RUN" --cluster "$CLUSTER" "${algo[@]}" "$BUILD/bin/$PERF" -b "$size" -e "$size" -c 0 \
-          -n "$iters" -w "$WARMUP" -z 1
+          -n "$iters" -w "$WARMUP" -z 1 "${TIMING[@]}"
       fi
       rows "$peer" "$r" "$log" "$size"
     done
@@ -187,10 +191,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
 done
 
 python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$COLL" "$FLAT" "$SMALL_ITERS" \
-  "${EXTRA_ALGOS[@]}" <<'PY'
+  "${TIMING[*]}" "${EXTRA_ALGOS[@]}" <<'PY'
 import json, statistics, sys, time
-samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat, small_iters = sys.argv[1:11]
-extra = [a for a in sys.argv[11:] if a not in ("auto", flat, "gloo")]
+samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat, small_iters, timing = sys.argv[1:12]
+extra = [a for a in sys.argv[12:] if a not in ("auto", flat, "gloo")]
+# What the time column is: the average over ranks of back-to-back calls, or (rooted) the slowest rank's call.
+timing_note = "the slowest rank, each call from a barrier" if "--barrier-each" in timing else "average over ranks"
 s = json.load(open(state))
 hosts = s["hosts"]
 n = len(hosts) * s["ranksPerHost"]
@@ -239,7 +245,7 @@ def busbw(size, t_us):
     return size / (t_us * 1e-6) / 1e9 * busf
 print(f"\n{coll} float32 on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
       f"island(s)); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations "
-      f"({small_iters} below 16 MiB)")
+      f"({small_iters} below 16 MiB); time: {timing_note}")
 print(f"{'peer':<8}{'size':>10}{'busbw':>28}{'time (us)':>14}{'algorithm':>11}{'predicted (us)':>16}{'pred/meas':>11}")
 summary = {}
 for peer in ["auto", flat, "gloo"] + extra:
@@ -273,7 +279,7 @@ for k, v in ratios.items():
 if json_out:
     with open(json_out, "w") as f:
         json.dump({"cluster": s["name"], "collective": coll, "nranks": n, "rounds": int(rounds),
-                   "iters": int(iters), "small_iters": int(small_iters), "warmup": int(warmup), "logs": log_dir,
+                   "iters": int(iters), "small_iters": int(small_iters), "warmup": int(warmup), "timing": timing_note, "logs": log_dir,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "bound": bound,
                    "results": {p: {str(k): v for k, v in d.items()} for p, d in summary.items()},
                    "ratios": ratios}, f, indent=2)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # perf_check.sh BIN_DIR NP: every perf tool under hetcomm-run with checking on (-c 1) must exit 0 and report
 # "Out of bounds values : 0 OK" with #wrong 0 in every checked column. all_reduce_perf also sweeps every
-# datatype and op at small sizes, and broadcast/reduce every root.
+# datatype and op at small sizes, and broadcast/reduce every root; broadcast/reduce also time each call alone
+# (--barrier-each).
 set -uo pipefail
 bin=$1
 np=$2
@@ -31,5 +32,7 @@ run reduce_scatter_perf -b 64 -e 64K -f 32 -d all -o all
 run broadcast_perf -b 8 -e 1M -f 64 -r all -d all
 run reduce_perf -b 8 -e 1M -f 64 -r all -o all
 run all_reduce_perf -b 1M -e 1M -z 1
+run broadcast_perf -b 1M -e 1M -z 1 --barrier-each 1 -a 3
+run reduce_perf -b 64K -e 1M -f 16 --barrier-each 1
 echo "perf_check on $np ranks: $passed passed, $failed failed"
 [ $failed -eq 0 ]
