@@ -102,6 +102,10 @@ RootedPaths rootedPaths(const Hierarchy& h, int root) {
     std::vector<int> chain;
     for (int t = 0; t < islands; ++t) chain.push_back(lead((rc[2] + t) % islands, hp));
     p.crossChains.push_back(std::move(chain));
+    std::vector<std::vector<int>> parts(k);
+    for (int j = 0; j < k; ++j)
+      for (int t = 0; t < islands; ++t) parts[j].push_back(h.rankAt({(rc[0] + j) % k, hp, (rc[2] + t) % islands}));
+    p.partChains.push_back(std::move(parts));
   }
   for (int i = 0; i < islands; ++i) {
     std::vector<int> ring;
@@ -139,6 +143,11 @@ double rootedHierUs(const Args& a, const GroupView& g, bool toRoot) {
   if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
   if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
   return pipelinedStagesUs(stages, pieces);
+}
+
+Slice partOf(Slice whole, size_t esz, int j, int k) {
+  const Blocks b = evenBlocks(whole.bytes / esz, k);
+  return Slice{whole.buf, whole.offset + b.offset[j] * esz, b.count[j] * esz};
 }
 
 std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank) {

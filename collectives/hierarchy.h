@@ -24,8 +24,8 @@ struct Level {
 
 struct Hierarchy {
   using Coord = std::array<int, 3>;
-  std::vector<Coord> coord;  // per group rank
-  Coord size{};              // ranks per host, hosts per island, islands
+  std::vector<Coord> coord;   // per group rank
+  Coord size{};               // ranks per host, hosts per island, islands
   std::vector<Level> levels;  // this rank's, lowest first
   int me = 0;
 
@@ -46,6 +46,10 @@ struct Hierarchy {
 struct RootedPaths {
   std::vector<int> scatter;                   // the leads of the root's island, by host place
   std::vector<std::vector<int>> crossChains;  // per host place: its lead in every island, the root's island first
+  // Per host place and part j: the rank at place j of that host's chain in every island, the root's island
+  // first (part 0 is crossChains). Every rank of a host carries one part of its share over the slow fabric, so a
+  // host's NIC carries as many streams as it has ranks instead of one.
+  std::vector<std::vector<std::vector<int>>> partChains;
   std::vector<std::vector<int>> islandRings;  // per island: its leads, by host place
   std::vector<std::vector<int>> hostChains;   // per host: its ranks, the lead first
 };
@@ -64,6 +68,8 @@ struct Shares {
 };
 
 RootedPaths rootedPaths(const Hierarchy& h, int root);
+// Part j of k of a slice of elements of esz bytes: k nearly equal runs of whole elements.
+Slice partOf(Slice whole, size_t esz, int j, int k);
 // The time of a hierarchical broadcast (toRoot false) or reduce (true), from the stages of rootedPaths: the
 // root's island scatters (gathers) the shares, its ring all-gathers (reduce-scatters) them, share h crosses the
 // islands along host place h's chain, and each host passes the whole buffer along its ranks.

@@ -1,12 +1,13 @@
 // Hierarchical broadcast: scatter, then all-gather (van de Geijn), along the hierarchy. The root cuts the buffer
 // into one share per host of its island and hands share h to host h's lead (the rank with the root's place on
-// that host); each of those leads sends its share across the slow fabric to the lead at the same host place in
-// the next island (a chain through the islands), so every host of an island carries 1/m of the buffer over the
-// slow fabric at once instead of one host carrying all of it. The leads of each island then all-gather the
+// that host); each of those hosts sends its share across the slow fabric to the host at the same place in the
+// next island (a chain through the islands), every rank of the host a part of it, so every host of an island
+// carries 1/m of the buffer over the slow fabric at once instead of one host carrying all of it. The leads of each island then all-gather the
 // shares over their fast fabric, and each lead passes the whole buffer down a chain through its host.
 //
 // Every share is cut into chunks that flow through the stages on their own.
 #include <algorithm>
+#include <tuple>
 
 #include "collectives/algorithm_list.h"
 #include "collectives/hierarchy.h"
@@ -57,17 +58,60 @@ class HierBroadcast final : public Algorithm {
       }
     tag += static_cast<uint32_t>(m * P);
 
-    // 2. Host place h carries share h (all of it when there is one host per island) from island to island.
-    const auto [sh, crossPos] = findIn(paths.crossChains, g.rank);
-    if (sh >= 0 && h->size[2] > 1) {
-      const std::vector<int>& chain = paths.crossChains[sh];
+    // 2. Host place hp carries share hp (all of it when there is one host per island) from island to island,
+    //    every rank of the host a part of it: the lead hands part j of each chunk to the rank at place j of its
+    //    host over shared memory, that rank carries it along its chain through the islands, and there hands it
+    //    to its own lead. A host's NIC then carries one stream per rank: one stream alone leaves a shaped link
+    //    short of its rate, and one process's progress thread busy with the island's traffic as well.
+    const int k = h->size[0];
+    int carrySh = -1, part = 0, crossPos = 0;
+    for (int hp = 0; hp < m && carrySh < 0; ++hp) {
+      const auto [j, pos] = findIn(paths.partChains[hp], g.rank);
+      if (j >= 0) std::tie(carrySh, part, crossPos) = std::tuple{hp, j, pos};
+    }
+    // partFree[p]: the steps after which this rank's part of chunk p is no longer read (the host chain's later
+    // receive into the same bytes waits for it).
+    std::vector<uint32_t> partFree;
+    if (carrySh >= 0 && h->size[2] > 1) {
+      const int sh = carrySh;
+      const std::vector<std::vector<int>>& parts = paths.partChains[sh];
+      const std::vector<int>& chain = parts[part];
+      const int myLead = parts[0][crossPos];
+      const bool forward = crossPos + 1 < static_cast<int>(chain.size());
+      const uint32_t crossTag = tag, outTag = tag + static_cast<uint32_t>(m * P), backTag = outTag + m * P;
       for (size_t p = 0; p < P; ++p) {
-        if (crossPos > 0) have[sh][p] = s.recv(chain[crossPos - 1], tagOf(tag, sh, p), shares.at(Buf::kRecv, sh, p));
-        if (crossPos + 1 < static_cast<int>(chain.size()))
-          s.steps[s.send(chain[crossPos + 1], tagOf(tag, sh, p), src(sh, p))].dependOn(have[sh][p]);
+        const Slice whole = shares.at(Buf::kRecv, sh, p);
+        const Slice mine = partOf(whole, esz, part, k);
+        std::vector<uint32_t> uses;
+        uint32_t got = 0;
+        if (crossPos > 0) {
+          got = s.recv(chain[crossPos - 1], tagOf(crossTag, sh, p), mine);
+        } else if (part == 0) {
+          got = have[sh][p];
+          for (int j = 1; j < k; ++j)
+            s.steps[s.send(parts[j][0], tagOf(outTag, sh, p), partOf(src(sh, p), esz, j, k))].dependOn(got);
+        } else {
+          got = s.recv(myLead, tagOf(outTag, sh, p), mine);
+        }
+        if (forward) {
+          const Slice from = crossPos == 0 && part == 0 ? partOf(src(sh, p), esz, 0, k) : mine;
+          uses.push_back(s.send(chain[crossPos + 1], tagOf(crossTag, sh, p), from));
+          s.steps[uses.back()].dependOn(got);
+        }
+        if (crossPos > 0 && part > 0) {
+          uses.push_back(s.send(myLead, tagOf(backTag, sh, p), mine));
+          s.steps[uses.back()].dependOn(got);
+        }
+        if (crossPos > 0 && part == 0) {
+          std::vector<uint32_t> all{got};
+          for (int j = 1; j < k; ++j)
+            all.push_back(s.recv(parts[j][crossPos], tagOf(backTag, sh, p), partOf(whole, esz, j, k)));
+          have[sh][p] = joinSteps(s, all);
+        }
+        if (part > 0) partFree.push_back(joinSteps(s, uses));
       }
     }
-    tag += static_cast<uint32_t>(m * P);
+    tag += static_cast<uint32_t>(3 * m * P);
 
     // 3. The leads of each island all-gather the shares.
     const auto [island, ringPos] = findIn(paths.islandRings, g.rank);
@@ -85,7 +129,10 @@ class HierBroadcast final : public Algorithm {
     const std::vector<int>& chain = paths.hostChains[host];
     for (size_t p = 0; chain.size() > 1 && p < P; ++p)
       for (int b = 0; b < m; ++b) {
-        if (hostPos > 0) have[b][p] = s.recv(chain[hostPos - 1], tagOf(tag, b, p), shares.at(Buf::kRecv, b, p));
+        if (hostPos > 0) {
+          have[b][p] = s.recv(chain[hostPos - 1], tagOf(tag, b, p), shares.at(Buf::kRecv, b, p));
+          if (b == carrySh && !partFree.empty()) s.steps[have[b][p]].dependOn(partFree[p]);
+        }
         if (hostPos + 1 < static_cast<int>(chain.size()))
           s.steps[s.send(chain[hostPos + 1], tagOf(tag, b, p), src(b, p))].dependOn(have[b][p]);
       }

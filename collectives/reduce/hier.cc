@@ -1,14 +1,15 @@
 // Hierarchical reduce: the hierarchical broadcast run backwards. Each host sums into its lead (the rank with the
 // root's place on the host) along a chain through the host; the leads of each island reduce-scatter the buffer
 // over their fast fabric, so the lead of host place h holds the island's sum of share h; share h then flows
-// through the islands along a chain of the leads at host place h, each adding its island's sum, so every host
-// of an island carries 1/m of the buffer over the slow fabric at once; last, the root's island's leads hand
-// their finished shares to the root.
+// through the islands to the root's island, each adding its island's sum, so every host of an island carries
+// 1/m of the buffer over the slow fabric at once (every rank of the host a part of it, one stream each); last,
+// the root's island's leads hand their finished shares to the root.
 //
 // Leads keep their partial sums in scratch (the receive buffer is only the root's, as in NCCL), and so do the
 // other ranks of a host chain; every share is cut into chunks that flow through the stages on their own.
 #include <algorithm>
 #include <functional>
+#include <tuple>
 
 #include "collectives/algorithm_list.h"
 #include "collectives/hierarchy.h"
@@ -24,9 +25,9 @@ constexpr size_t kChainStageSlots = 16;
 // be read after ownReady[c]; received chunks wait in staging slots at stageBase. Returns per chunk the step that
 // left acc(c) final (the sum of this rank and those before it).
 std::vector<uint32_t> emitChainReduce(Schedule& s, const std::vector<int>& chain, int pos, size_t chunks,
-                                      const std::function<Slice(size_t)>& own,
-                                      const std::function<Slice(size_t)>& acc, const std::vector<uint32_t>& ownReady,
-                                      size_t stageBase, size_t slotBytes, uint32_t tagBase) {
+                                      const std::function<Slice(size_t)>& own, const std::function<Slice(size_t)>& acc,
+                                      const std::vector<uint32_t>& ownReady, size_t stageBase, size_t slotBytes,
+                                      uint32_t tagBase) {
   const int n = static_cast<int>(chain.size());
   const size_t slots = std::min(chunks, kChainStageSlots);
   std::vector<uint32_t> done(chunks);
@@ -100,14 +101,17 @@ class HierReduce final : public Algorithm {
     }
     stageBase += chainStageBytes(m * P, slotBytes);
     tag += static_cast<uint32_t>(m * P);
-    if (!lead) {
-      s.scratchBytes = stageBase;
-      return s;
+    // Which part of which share this rank carries across the islands (every rank carries one; see step 3).
+    const int k = h->size[0];
+    int carrySh = -1, part = 0, crossPos = 0;
+    for (int sh = 0; sh < m && carrySh < 0; ++sh) {
+      const auto [j, pos] = findIn(paths.partChains[sh], g.rank);
+      if (j >= 0) std::tie(carrySh, part, crossPos) = std::tuple{sh, j, pos};
     }
 
     // 2. The leads of each island reduce-scatter: host place hp ends with the island's sum of share hp.
     const auto [island, hp] = findIn(paths.islandRings, g.rank);
-    if (m > 1) {
+    if (lead && m > 1) {
       Ring ring(g, paths.islandRings[island], hp, P, shares.ch.per, a.dtype);
       auto at = [&](int b, size_t p) { return partial(b, p); };
       auto acc = [&](int, int b, size_t p) { return partial(b, p); };
@@ -123,16 +127,62 @@ class HierReduce final : public Algorithm {
     }
     tag += static_cast<uint32_t>((m - 1) * P);
 
-    // 3. Share hp flows through the islands to the root's island, each island's lead adding its sum.
-    if (h->size[2] > 1) {
-      std::vector<int> chain = paths.crossChains[hp];
+    // 3. Share sh flows through the islands to the root's island, each island adding its sum, every rank of a
+    //    host carrying a part of it: the lead hands part j of each chunk of its island's sum to the rank at place
+    //    j over shared memory, the ranks at place j reduce it along their chain through the islands, and in the
+    //    root's island hand it back to their lead. A host's NIC carries one stream per rank (see the broadcast).
+    if (h->size[2] > 1 && carrySh >= 0) {
+      const int sh = carrySh;
+      const std::vector<std::vector<int>>& parts = paths.partChains[sh];
+      std::vector<int> chain = parts[part];
       std::reverse(chain.begin(), chain.end());
-      const int pos = findIn({chain}, g.rank).second;
-      auto mine = [&](size_t p) { return partial(hp, p); };
-      ready[hp] = emitChainReduce(s, chain, pos, P, mine, mine, ready[hp], stageBase, slotBytes, tag);
+      const int pos = static_cast<int>(chain.size()) - 1 - crossPos, myLead = parts[0][crossPos];
+      const uint32_t outTag = tag + static_cast<uint32_t>(P), backTag = outTag + static_cast<uint32_t>(P);
+      // A carrier's part of the share, in scratch laid out like the share.
+      const size_t carryBase = stageBase;
+      if (part > 0) stageBase += shares.blocks.maxCount * esz;
+      auto mine = [&](size_t p) {
+        if (part == 0) return partOf(partial(sh, p), esz, 0, k);
+        Slice w = shares.at(Buf::kScratch, sh, p);
+        w.offset = w.offset - shares.blocks.offset[sh] * esz + carryBase;
+        return partOf(w, esz, part, k);
+      };
+      std::vector<uint32_t> ownReady(P);
+      std::vector<std::vector<uint32_t>> handedOut(P);
+      for (size_t p = 0; p < P; ++p) {
+        if (part > 0) {
+          ownReady[p] = s.recv(myLead, outTag + static_cast<uint32_t>(p), mine(p));
+          continue;
+        }
+        ownReady[p] = ready[sh][p];
+        for (int j = 1; j < k; ++j) {
+          handedOut[p].push_back(
+              s.send(parts[j][crossPos], outTag + static_cast<uint32_t>(p), partOf(partial(sh, p), esz, j, k)));
+          s.steps[handedOut[p].back()].dependOn(ready[sh][p]);
+        }
+      }
+      const std::vector<uint32_t> done =
+          emitChainReduce(s, chain, pos, P, mine, mine, ownReady, stageBase, slotBytes, tag);
       stageBase += chainStageBytes(P, slotBytes);
+      for (size_t p = 0; crossPos == 0 && p < P; ++p) {
+        const uint32_t t = backTag + static_cast<uint32_t>(p);
+        if (part > 0) {
+          s.steps[s.send(myLead, t, mine(p))].dependOn(done[p]);
+          continue;
+        }
+        std::vector<uint32_t> all{done[p]};
+        for (int j = 1; j < k; ++j) {
+          all.push_back(s.recv(parts[j][0], t, partOf(partial(sh, p), esz, j, k)));
+          s.steps[all.back()].dependOn(handedOut[p][j - 1]);  // the same bytes went out first
+        }
+        ready[sh][p] = joinSteps(s, all);
+      }
     }
-    tag += static_cast<uint32_t>(P);
+    tag += static_cast<uint32_t>(3 * P);
+    if (!lead) {
+      s.scratchBytes = stageBase;
+      return s;
+    }
 
     // 4. The root's island's leads hand their shares to the root, which keeps its own.
     const bool rootIsland = island == findIn(paths.islandRings, a.root).first;

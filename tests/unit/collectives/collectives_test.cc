@@ -349,6 +349,37 @@ TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
   EXPECT_EQ(selectAlgorithm(a, g, "hier")->algo->name(), "ring");
 }
 
+// Rooted hierarchical plans carry each host's share across the islands in parts, one per rank of the host: every
+// rank sends (broadcast: away from the root's island; reduce: towards it) 1/(hosts per island x ranks per host)
+// of the buffer over the slow fabric, so a host's NIC carries one stream per rank and the same bytes as one lead.
+TEST(Collectives, RootedHierarchicalPlansCrossTheIslandsFromEveryRank) {
+  const testing::SimTopology t = shape(4, 2, 2);  // ranks 0-3 in island 0, 4-7 in island 1
+  for (CollKind kind : {CollKind::kBroadcast, CollKind::kReduce})
+    for (int rank = 0; rank < 8; ++rank) {
+      GroupView g;
+      g.rank = rank;
+      g.nranks = 8;
+      g.host = t.host;
+      g.island = t.island;
+      g.chunkBytes = 4096;
+      Args a;
+      a.kind = kind;
+      a.count = 16 << 10;  // 64 KiB of float32
+      a.root = 1;          // not a host's first rank
+      auto sel = selectAlgorithm(a, g, "hier");
+      ASSERT_TRUE(sel);
+      auto plan = sel->algo->plan(a, g);
+      ASSERT_TRUE(plan) << plan.status().message();
+      size_t crossBytes = 0;
+      for (const Step& st : plan->steps)
+        if (st.op == Step::Op::kSend && t.island[st.peer] != t.island[rank]) crossBytes += st.src.bytes;
+      // Broadcast sends from the root's island, reduce from the other one; each rank a quarter of 64 KiB (half a
+      // share), so each host half the buffer, as one lead carried it before.
+      const bool sends = (t.island[rank] == t.island[a.root]) == (kind == CollKind::kBroadcast);
+      EXPECT_EQ(crossBytes, sends ? size_t{16 << 10} : 0) << name(kind) << " rank " << rank;
+    }
+}
+
 // The lowest level runs at most kPaceWindow pieces ahead of the top one: of the first sends within the host, only
 // that many (per chunk of a piece) may go out before anything has come back across the islands. Unpaced, all 64
 // would, and the host and island levels would burst through the whole buffer while the slow top level waits.
@@ -408,7 +439,7 @@ TEST(Collectives, ScheduleDependenciesMayPointForwardButNeverInACycle) {
   s.steps[c].dependOn(b);  // a -> c -> b -> a
   EXPECT_NE(s.validate(0, 0).find("dependency cycle"), std::string::npos) << s.validate(0, 0);
   Schedule t;
-  t.steps.push_back(Step{Step::Op::kCopy});
+  t.copy({}, {});
   t.steps[0].dependOn(7);
   EXPECT_EQ(t.validate(0, 0), "step 0 depends on step 7, which does not exist");
 }
