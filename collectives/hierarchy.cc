@@ -145,6 +145,14 @@ double rootedHierUs(const Args& a, const GroupView& g, bool toRoot) {
   return pipelinedStagesUs(stages, pieces);
 }
 
+CarriedPart carriedPartOf(const RootedPaths& paths, int rank) {
+  for (size_t sh = 0; sh < paths.partChains.size(); ++sh) {
+    const auto [j, pos] = findIn(paths.partChains[sh], rank);
+    if (j >= 0) return {static_cast<int>(sh), j, pos};
+  }
+  return {};
+}
+
 Slice partOf(Slice whole, size_t esz, int j, int k) {
   const Blocks b = evenBlocks(whole.bytes / esz, k);
   return Slice{whole.buf, whole.offset + b.offset[j] * esz, b.count[j] * esz};

@@ -68,6 +68,12 @@ struct Shares {
 };
 
 RootedPaths rootedPaths(const Hierarchy& h, int root);
+// Where a rank carries its part across the islands: share (its host place), part (its place in the host chain)
+// and pos (its island's place in the chain, the root's island 0). Every rank has one.
+struct CarriedPart {
+  int share = -1, part = 0, pos = 0;
+};
+CarriedPart carriedPartOf(const RootedPaths& paths, int rank);
 // Part j of k of a slice of elements of esz bytes: k nearly equal runs of whole elements.
 Slice partOf(Slice whole, size_t esz, int j, int k);
 // The time of a hierarchical broadcast (toRoot false) or reduce (true), from the stages of rootedPaths: the

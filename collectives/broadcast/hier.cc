@@ -2,12 +2,12 @@
 // into one share per host of its island and hands share h to host h's lead (the rank with the root's place on
 // that host); each of those hosts sends its share across the slow fabric to the host at the same place in the
 // next island (a chain through the islands), every rank of the host a part of it, so every host of an island
-// carries 1/m of the buffer over the slow fabric at once instead of one host carrying all of it. The leads of each island then all-gather the
-// shares over their fast fabric, and each lead passes the whole buffer down a chain through its host.
+// carries 1/m of the buffer over the slow fabric at once instead of one host carrying all of it. The leads of
+// each island then all-gather the shares over their fast fabric, and each lead passes the whole buffer down a
+// chain through its host.
 //
 // Every share is cut into chunks that flow through the stages on their own.
 #include <algorithm>
-#include <tuple>
 
 #include "collectives/algorithm_list.h"
 #include "collectives/hierarchy.h"
@@ -64,11 +64,7 @@ class HierBroadcast final : public Algorithm {
     //    to its own lead. A host's NIC then carries one stream per rank: one stream alone leaves a shaped link
     //    short of its rate, and one process's progress thread busy with the island's traffic as well.
     const int k = h->size[0];
-    int carrySh = -1, part = 0, crossPos = 0;
-    for (int hp = 0; hp < m && carrySh < 0; ++hp) {
-      const auto [j, pos] = findIn(paths.partChains[hp], g.rank);
-      if (j >= 0) std::tie(carrySh, part, crossPos) = std::tuple{hp, j, pos};
-    }
+    const auto [carrySh, part, crossPos] = carriedPartOf(paths, g.rank);
     // partFree[p]: the steps after which this rank's part of chunk p is no longer read (the host chain's later
     // receive into the same bytes waits for it).
     std::vector<uint32_t> partFree;

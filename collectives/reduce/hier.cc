@@ -9,7 +9,6 @@
 // other ranks of a host chain; every share is cut into chunks that flow through the stages on their own.
 #include <algorithm>
 #include <functional>
-#include <tuple>
 
 #include "collectives/algorithm_list.h"
 #include "collectives/hierarchy.h"
@@ -103,11 +102,7 @@ class HierReduce final : public Algorithm {
     tag += static_cast<uint32_t>(m * P);
     // Which part of which share this rank carries across the islands (every rank carries one; see step 3).
     const int k = h->size[0];
-    int carrySh = -1, part = 0, crossPos = 0;
-    for (int sh = 0; sh < m && carrySh < 0; ++sh) {
-      const auto [j, pos] = findIn(paths.partChains[sh], g.rank);
-      if (j >= 0) std::tie(carrySh, part, crossPos) = std::tuple{sh, j, pos};
-    }
+    const auto [carrySh, part, crossPos] = carriedPartOf(paths, g.rank);
 
     // 2. The leads of each island reduce-scatter: host place hp ends with the island's sum of share hp.
     const auto [island, hp] = findIn(paths.islandRings, g.rank);
