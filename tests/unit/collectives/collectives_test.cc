@@ -278,6 +278,18 @@ testing::SimTopology shape(int hosts, int perHost, int islands) {
   return t;
 }
 
+// Topology t as rank `rank` sees it: hosts, islands and link rates, alphaUs on every link.
+GroupView viewOf(const testing::SimTopology& t, int rank = 0, double alphaUs = 0) {
+  GroupView g;
+  g.rank = rank;
+  g.nranks = static_cast<int>(t.host.size());
+  g.host = t.host;
+  g.island = t.island;
+  g.bw = t.bw;
+  g.alpha.assign(t.bw.size(), alphaUs);
+  return g;
+}
+
 constexpr CollKind kHierKinds[] = {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter,
                                    CollKind::kBroadcast, CollKind::kReduce};
 
@@ -329,12 +341,7 @@ TEST(Collectives, HierarchicalNeedsAUniformShapeAndWinsAcrossSlowLinks) {
   a.kind = CollKind::kAllReduce;
   a.count = 16 << 20;
   testing::SimTopology t = shape(4, 2, 2);
-  GroupView g;
-  g.nranks = 8;
-  g.host = t.host;
-  g.island = t.island;
-  g.bw = t.bw;
-  g.alpha.assign(t.bw.size(), 10.0);
+  GroupView g = viewOf(t, 0, 10.0);
   auto best = selectAlgorithm(a, g, "");
   ASSERT_TRUE(best);
   EXPECT_EQ(best->algo->name(), "hier");
@@ -356,11 +363,7 @@ TEST(Collectives, RootedHierarchicalPlansCrossTheIslandsFromEveryRank) {
   const testing::SimTopology t = shape(4, 2, 2);  // ranks 0-3 in island 0, 4-7 in island 1
   for (CollKind kind : {CollKind::kBroadcast, CollKind::kReduce})
     for (int rank = 0; rank < 8; ++rank) {
-      GroupView g;
-      g.rank = rank;
-      g.nranks = 8;
-      g.host = t.host;
-      g.island = t.island;
+      GroupView g = viewOf(t, rank);
       g.chunkBytes = 4096;
       Args a;
       a.kind = kind;
@@ -393,11 +396,7 @@ TEST(Collectives, HierarchicalLowerLevelsArePacedByTheTopLevel) {
   // 64 pieces of allreduce; 16 pieces of reduce-scatter, each 4 chunks at the host level (one per rank place).
   for (Expect e : {Expect{CollKind::kAllReduce, 128 << 10, kPaceWindow},
                    Expect{CollKind::kReduceScatter, 32 << 10, 4 * kPaceWindow}}) {
-    GroupView g;
-    g.rank = 0;
-    g.nranks = 8;
-    g.host = t.host;
-    g.island = t.island;
+    GroupView g = viewOf(t);
     g.chunkBytes = 4096;
     Args a;
     a.kind = e.kind;
@@ -451,12 +450,7 @@ TEST(Collectives, HierEstimateIsTheMeanOfEachRanksCriticalPath) {
   testing::SimTopology t = shape(4, 2, 2);
   for (size_t i = 0; i < t.bw.size(); ++i)
     if (t.island[i / 8] == 1 && t.island[i % 8] == 1 && t.host[i / 8] != t.host[i % 8]) t.bw[i] = 0.5;
-  GroupView g;
-  g.nranks = 8;
-  g.host = t.host;
-  g.island = t.island;
-  g.bw = t.bw;
-  g.alpha.assign(t.bw.size(), 0.0);
+  GroupView g = viewOf(t);
   g.chunkBytes = 1 << 20;
   Args a;
   a.kind = CollKind::kAllReduce;
@@ -476,25 +470,16 @@ TEST(Collectives, HierEstimateIsTheMeanOfEachRanksCriticalPath) {
 // Recursive doubling: each step at its slowest pair, where a host's ranks that all talk off the host at once share
 // its NIC; the extra ranks of a non-power-of-two group add a hand-in and a hand-back.
 TEST(Collectives, RecursiveDoublingEstimateSharesAHostsNic) {
-  auto view = [](const testing::SimTopology& t) {
-    GroupView g;
-    g.nranks = static_cast<int>(t.host.size());
-    g.host = t.host;
-    g.island = t.island;
-    g.bw = t.bw;
-    g.alpha.assign(t.bw.size(), 0.0);
-    return g;
-  };
   Args a;
   a.kind = CollKind::kAllReduce;
   a.count = 1 << 20;
   const double b = 4.0 * a.count;
   // 4 hosts x 2 ranks, 2 islands: partners on the host (10 GB/s), in the island (1 GB/s, 2 ranks per NIC), across
   // (0.1 GB/s, 2 ranks per NIC).
-  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, view(shape(4, 2, 2))), b / 10e3 + 2 * b / 1e3 + 2 * b / 0.1e3,
-              1e-6);
+  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(4, 2, 2))),
+              b / 10e3 + 2 * b / 1e3 + 2 * b / 0.1e3, 1e-6);
   // 5 hosts of one rank: rank 4 hands in to rank 0 and gets the result back; two steps of 4 ranks.
-  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, view(shape(5, 1, 1))), 4 * b / 1e3, 1e-6);
+  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(5, 1, 1))), 4 * b / 1e3, 1e-6);
 }
 
 // Every rank selects on its own, so every rank must predict the same times, even where the islands' fabrics
@@ -511,13 +496,7 @@ TEST(Collectives, EveryRankPredictsTheSameTimesAndHierWinsEveryKind) {
       a.root = root;
       std::map<std::string, double> first;
       for (int r = 0; r < 8; ++r) {
-        GroupView g;
-        g.rank = r;
-        g.nranks = 8;
-        g.host = t.host;
-        g.island = t.island;
-        g.bw = t.bw;
-        g.alpha.assign(t.bw.size(), 10.0);
+        const GroupView g = viewOf(t, r, 10.0);
         for (const Algorithm* algo : allAlgorithms()) {
           if (!algo->supports(a, g)) continue;
           const double us = algo->estimateUs(a, g);
