@@ -65,6 +65,13 @@ struct Shares {
     const size_t lo = ch.begin(p, blocks.count[sh]), hi = ch.end(p, blocks.count[sh]);
     return Slice{buf, (blocks.offset[sh] + lo) * esz, (hi - lo) * esz};
   }
+  // Chunk p of share sh in a region laid out like one share, from byte base of buf.
+  Slice inShare(Buf buf, size_t base, int sh, size_t p) const {
+    Slice s = at(buf, sh, p);
+    s.offset = s.offset - blocks.offset[sh] * esz + base;
+    return s;
+  }
+  size_t shareBytes() const { return blocks.maxCount * esz; }
 };
 
 RootedPaths rootedPaths(const Hierarchy& h, int root);
@@ -130,7 +137,8 @@ size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most);
 // top faster than the top sends one) and the top level fed from its first piece on.
 constexpr size_t kPaceWindow = 4;
 // Makes entries[c], a first-level step of piece c / perPiece, wait for topDone of the piece kPaceWindow earlier.
-// Deadlock-free: a piece waits only on earlier pieces, on every rank.
+// Deadlock-free only if every other wait in the plan points to the same or earlier pieces: the plans' rings must be
+// marked paced (Ring::paced), so that no staging slot waits on a later piece.
 void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece,
                const std::vector<uint32_t>& topDone);
 

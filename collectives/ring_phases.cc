@@ -48,10 +48,12 @@ Slice Ring::chunk(Buf buf, size_t base, int b, size_t c) const {
 //   chunk for each of two steps keeps every receive posted in time; scratch stays at two blocks.
 // - Late receives free (single-copy rendezvous): a few slots suffice, and being few they stay in cache between
 //   the copy that fills a slot and the reduce that reads it (measured here: 2x the busbw of one slot per chunk).
+//   Not in a paced ring of more than one step: there, reused in receive order, a slot of step 1 would wait on a
+//   later chunk of step 0 (with one step, a slot only ever waits on an earlier chunk).
 constexpr size_t kRendezvousStageSlots = 4;
 size_t ringStageSlots(const Ring& ring) {
   const size_t all = (ring.n - 1) * ring.ch.nchunks;
-  if (ring.lateReceiveFree) return std::min(kRendezvousStageSlots, all);
+  if (ring.lateReceiveFree && (!ring.paced || ring.n == 2)) return std::min(kRendezvousStageSlots, all);
   return std::min<size_t>(ring.n - 1, 2) * ring.ch.nchunks;
 }
 size_t ringStageBytes(const Ring& ring) { return ringStageSlots(ring) * ring.ch.per * ring.esz; }

@@ -24,6 +24,9 @@ struct Ring {
        kernels::DataType dtype);
   int n, r, next, prev;
   bool lateReceiveFree;  // from prev (GroupView::lateReceiveIsFree)
+  // Elsewhere in the plan later chunks wait on earlier ones (paceToTop): a staging slot may then only pass from a
+  // chunk to the same chunk's next step, never to a later chunk, or the waits close a cycle across ranks.
+  bool paced = false;
   size_t esz;
   Blocks blocks;
   Chunking ch;

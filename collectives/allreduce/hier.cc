@@ -82,6 +82,7 @@ class HierAllReduce final : public Algorithm {
       size_t per = 0;
       for (size_t p = 0; p < P; ++p) per = std::max(per, blocks[l][p].maxCount);
       rings.emplace_back(g, (*levels)[l].members, (*levels)[l].index, P, per, a.dtype);
+      rings.back().paced = true;
       stageBase[l] = stage;
       stage += ringStageBytes(rings.back());
     }

@@ -65,9 +65,6 @@ class HierBroadcast final : public Algorithm {
     //    short of its rate, and one process's progress thread busy with the island's traffic as well.
     const int k = h->size[0];
     const auto [carrySh, part, crossPos] = carriedPartOf(paths, g.rank);
-    // partFree[p]: the steps after which this rank's part of chunk p is no longer read (the host chain's later
-    // receive into the same bytes waits for it).
-    std::vector<uint32_t> partFree;
     if (carrySh >= 0 && h->size[2] > 1) {
       const int sh = carrySh;
       const std::vector<std::vector<int>>& parts = paths.partChains[sh];
@@ -75,10 +72,12 @@ class HierBroadcast final : public Algorithm {
       const int myLead = parts[0][crossPos];
       const bool forward = crossPos + 1 < static_cast<int>(chain.size());
       const uint32_t crossTag = tag, outTag = tag + static_cast<uint32_t>(m * P), backTag = outTag + m * P;
+      // A lead's part lands where the share goes; another rank's in scratch, so that the host chain's receive of
+      // the whole buffer (step 4) need not wait for the sends that read it.
+      if (part > 0) s.scratchBytes = shares.shareBytes();
       for (size_t p = 0; p < P; ++p) {
         const Slice whole = shares.at(Buf::kRecv, sh, p);
-        const Slice mine = partOf(whole, esz, part, k);
-        std::vector<uint32_t> uses;
+        const Slice mine = partOf(part == 0 ? whole : shares.inShare(Buf::kScratch, 0, sh, p), esz, part, k);
         uint32_t got = 0;
         if (crossPos > 0) {
           got = s.recv(chain[crossPos - 1], tagOf(crossTag, sh, p), mine);
@@ -91,20 +90,15 @@ class HierBroadcast final : public Algorithm {
         }
         if (forward) {
           const Slice from = crossPos == 0 && part == 0 ? partOf(src(sh, p), esz, 0, k) : mine;
-          uses.push_back(s.send(chain[crossPos + 1], tagOf(crossTag, sh, p), from));
-          s.steps[uses.back()].dependOn(got);
+          s.steps[s.send(chain[crossPos + 1], tagOf(crossTag, sh, p), from)].dependOn(got);
         }
-        if (crossPos > 0 && part > 0) {
-          uses.push_back(s.send(myLead, tagOf(backTag, sh, p), mine));
-          s.steps[uses.back()].dependOn(got);
-        }
+        if (crossPos > 0 && part > 0) s.steps[s.send(myLead, tagOf(backTag, sh, p), mine)].dependOn(got);
         if (crossPos > 0 && part == 0) {
           std::vector<uint32_t> all{got};
           for (int j = 1; j < k; ++j)
             all.push_back(s.recv(parts[j][crossPos], tagOf(backTag, sh, p), partOf(whole, esz, j, k)));
           have[sh][p] = joinSteps(s, all);
         }
-        if (part > 0) partFree.push_back(joinSteps(s, uses));
       }
     }
     tag += static_cast<uint32_t>(3 * m * P);
@@ -125,10 +119,7 @@ class HierBroadcast final : public Algorithm {
     const std::vector<int>& chain = paths.hostChains[host];
     for (size_t p = 0; chain.size() > 1 && p < P; ++p)
       for (int b = 0; b < m; ++b) {
-        if (hostPos > 0) {
-          have[b][p] = s.recv(chain[hostPos - 1], tagOf(tag, b, p), shares.at(Buf::kRecv, b, p));
-          if (b == carrySh && !partFree.empty()) s.steps[have[b][p]].dependOn(partFree[p]);
-        }
+        if (hostPos > 0) have[b][p] = s.recv(chain[hostPos - 1], tagOf(tag, b, p), shares.at(Buf::kRecv, b, p));
         if (hostPos + 1 < static_cast<int>(chain.size()))
           s.steps[s.send(chain[hostPos + 1], tagOf(tag, b, p), src(b, p))].dependOn(have[b][p]);
       }

@@ -133,14 +133,14 @@ class HierReduce final : public Algorithm {
       std::reverse(chain.begin(), chain.end());
       const int pos = static_cast<int>(chain.size()) - 1 - crossPos, myLead = parts[0][crossPos];
       const uint32_t outTag = tag + static_cast<uint32_t>(P), backTag = outTag + static_cast<uint32_t>(P);
-      // A carrier's part of the share, in scratch laid out like the share.
+      // A carrier's part of the share, in scratch laid out like the share; in the root's island, the lead takes
+      // the parts back into a region of the same shape and copies them home (a receive into the bytes it handed
+      // out would wait on a send to the same peer).
       const size_t carryBase = stageBase;
-      if (part > 0) stageBase += shares.blocks.maxCount * esz;
+      if (part > 0 || (crossPos == 0 && k > 1)) stageBase += shares.shareBytes();
       auto mine = [&](size_t p) {
         if (part == 0) return partOf(partial(sh, p), esz, 0, k);
-        Slice w = shares.at(Buf::kScratch, sh, p);
-        w.offset = w.offset - shares.blocks.offset[sh] * esz + carryBase;
-        return partOf(w, esz, part, k);
+        return partOf(shares.inShare(Buf::kScratch, carryBase, sh, p), esz, part, k);
       };
       std::vector<uint32_t> ownReady(P);
       std::vector<std::vector<uint32_t>> handedOut(P);
@@ -167,7 +167,10 @@ class HierReduce final : public Algorithm {
         }
         std::vector<uint32_t> all{done[p]};
         for (int j = 1; j < k; ++j) {
-          all.push_back(s.recv(parts[j][0], t, partOf(partial(sh, p), esz, j, k)));
+          const Slice back = partOf(shares.inShare(Buf::kScratch, carryBase, sh, p), esz, j, k);
+          const uint32_t rcv = s.recv(parts[j][0], t, back);
+          all.push_back(s.copy(partOf(partial(sh, p), esz, j, k), back));
+          s.steps[all.back()].dependOn(rcv);
           s.steps[all.back()].dependOn(handedOut[p][j - 1]);  // the same bytes went out first
         }
         ready[sh][p] = joinSteps(s, all);

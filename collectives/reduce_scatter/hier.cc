@@ -56,6 +56,7 @@ class HierReduceScatter final : public Algorithm {
       // level finishes its first pieces first and the next level can start on them.
       const size_t nb = sets[0].size(), chunks = nb * S;
       Ring ring(g, lv.members, lv.index, chunks, piece.maxCount, a.dtype);
+      ring.paced = true;
       auto at = [&](Buf buf, int b, size_t c) {
         const size_t p = c / nb;
         return Slice{buf, sets[b][c % nb] * bytes + piece.offset[p] * esz, piece.count[p] * esz};

@@ -328,6 +328,17 @@ TEST(Collectives, HierarchicalCollectivesOnEveryUniformShape) {
     }
 }
 
+// Paced plans make later pieces wait on earlier ones across levels, so no staging slot may wait on a later piece:
+// with few slots reused in receive order (late receives free), a ring of 3 or more would close a cycle across
+// ranks once a level has 8 pieces or more.
+TEST(Collectives, PacedHierarchicalPlansWithFewStagingSlotsDoNotDeadlock) {
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter})
+    for (const testing::SimTopology& t : {shape(3, 2, 1), shape(6, 2, 3), shape(3, 3, 3)}) {
+      const int n = static_cast<int>(t.host.size());
+      runCase({kind, n, 40000, DataType::kFloat32, RedOp::kSum, 0, false}, 1024, /*lateReceiveFree=*/true, "hier", t);
+    }
+}
+
 TEST(Collectives, HierarchicalCollectivesEveryDatatypeAndOp) {
   for (CollKind kind : kHierKinds)
     for (DataType t : kAllTypes)
