@@ -99,9 +99,6 @@ RootedPaths rootedPaths(const Hierarchy& h, int root) {
   auto lead = [&](int island, int host) { return h.rankAt({rc[0], host, island}); };
   for (int hp = 0; hp < m; ++hp) p.scatter.push_back(lead(rc[2], hp));
   for (int hp = 0; hp < m; ++hp) {
-    std::vector<int> chain;
-    for (int t = 0; t < islands; ++t) chain.push_back(lead((rc[2] + t) % islands, hp));
-    p.crossChains.push_back(std::move(chain));
     std::vector<std::vector<int>> parts(k);
     for (int j = 0; j < k; ++j)
       for (int t = 0; t < islands; ++t) parts[j].push_back(h.rankAt({(rc[0] + j) % k, hp, (rc[2] + t) % islands}));
@@ -140,7 +137,12 @@ double rootedHierUs(const Args& a, const GroupView& g, bool toRoot) {
     add(pathsCost(g, rootLinks, false), bytes * (m - 1) / m, (m - 1) * pieces);
     add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
   }
-  if (h->size[2] > 1) add(pathsCost(g, paths.crossChains, false), bytes / m, pieces);
+  if (h->size[2] > 1) {  // every rank of a host carries 1/k of its share, k of them sharing the NIC
+    const int k = h->size[0];
+    std::vector<std::vector<int>> chains;
+    for (const auto& parts : paths.partChains) chains.insert(chains.end(), parts.begin(), parts.end());
+    add(pathsCost(g, chains, false, k), bytes / (m * k), pieces);
+  }
   if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
   return pipelinedStagesUs(stages, pieces);
 }

@@ -45,9 +45,8 @@ struct Hierarchy {
 // per host place; host place h of every island carries share h across the slow fabric.
 struct RootedPaths {
   std::vector<int> scatter;                   // the leads of the root's island, by host place
-  std::vector<std::vector<int>> crossChains;  // per host place: its lead in every island, the root's island first
   // Per host place and part j: the rank at place j of that host's chain in every island, the root's island
-  // first (part 0 is crossChains). Every rank of a host carries one part of its share over the slow fabric, so a
+  // first (part 0: the leads). Every rank of a host carries one part of its share over the slow fabric, so a
   // host's NIC carries as many streams as it has ranks instead of one.
   std::vector<std::vector<std::vector<int>>> partChains;
   std::vector<std::vector<int>> islandRings;  // per island: its leads, by host place
@@ -85,7 +84,7 @@ CarriedPart carriedPartOf(const RootedPaths& paths, int rank);
 Slice partOf(Slice whole, size_t esz, int j, int k);
 // The time of a hierarchical broadcast (toRoot false) or reduce (true), from the stages of rootedPaths: the
 // root's island scatters (gathers) the shares, its ring all-gathers (reduce-scatters) them, share h crosses the
-// islands along host place h's chain, and each host passes the whole buffer along its ranks.
+// islands in parts along host place h's part chains, and each host passes the whole buffer along its ranks.
 double rootedHierUs(const Args& a, const GroupView& g, bool toRoot);
 // This rank's place in whichever of `paths` holds it: {path index, position}, or {-1, -1}.
 std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank);
