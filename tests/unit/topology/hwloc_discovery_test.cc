@@ -14,6 +14,10 @@
 namespace hetcomm::topo {
 namespace {
 
+// A two-socket GPU node: package 0 (NUMA 0, 64 GiB) holds an H100 with a CUDA OS device and a BMC VGA adapter (a
+// display device, not a GPU); package 1 (NUMA 1, 32 GiB) holds a ConnectX HCA, an AMD accelerator with only its PCI
+// class to go by, and an NVMe disk (not of interest). The file has no XML comment: hwloc's own minimal parser,
+// which it falls back to without libxml2 (libhwloc-plugins), refuses one.
 const std::string kGpuNodeXml = std::string(HETCOMM_TOPOLOGY_FIXTURES) + "/gpu-node.xml";
 
 TEST(HwlocDiscovery, ThisMachine) {
