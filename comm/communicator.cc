@@ -378,8 +378,8 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
 const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
 
 // What the planners and the cost model see of this communicator: per peer whether late receives are free, each
-// rank's host and island (hosts joined by an RDMA fabric: connected components over the ib and roce fabrics),
-// and the link matrix's alpha and bandwidth per pair.
+// rank's host and island (ClusterView::islandOfHost: hosts joined by an RDMA fabric), and the link matrix's alpha
+// and bandwidth per pair.
 coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
   coll::GroupView g;
   g.rank = rank_;
@@ -388,27 +388,13 @@ coll::GroupView Communicator::groupView(const topo::ClusterView& view, const top
   g.lateReceiveFree.assign(nranks_, 0);
   for (int p = 0; p < nranks_; ++p)
     if (conns_[p]) g.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
-  const int nh = view.nhosts();
-  std::vector<int> parent(nh);
-  for (int h = 0; h < nh; ++h) parent[h] = h;
-  auto root = [&](int h) {
-    while (parent[h] != h) h = parent[h] = parent[parent[h]];
-    return h;
-  };
-  for (const topo::Fabric& f : view.fabrics())
-    if (f.kind != topo::NicKind::kEth)
-      for (int h : f.hosts) parent[root(h)] = root(f.hosts.front());
-  std::vector<int> islandOfRoot(nh, -1);
-  int islands = 0;
-  for (int h = 0; h < nh; ++h)
-    if (islandOfRoot[root(h)] < 0) islandOfRoot[root(h)] = islands++;
   g.host.resize(nranks_);
   g.island.resize(nranks_);
   g.alpha.resize(size_t(nranks_) * nranks_);
   g.bw.resize(size_t(nranks_) * nranks_);
   for (int r = 0; r < nranks_; ++r) {
     g.host[r] = view.hostOf(r);
-    g.island[r] = islandOfRoot[root(view.hostOf(r))];
+    g.island[r] = view.islandOfHost(view.hostOf(r));
     for (int q = 0; q < nranks_; ++q) {
       const topo::Link& l = links.at(r, q);
       g.alpha[size_t(r) * nranks_ + q] = l.alphaUs;

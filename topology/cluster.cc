@@ -192,25 +192,41 @@ Status ClusterView::buildFabrics() {
 }
 
 void ClusterView::buildIslands() {
+  // Connected components of the hosts over the RDMA fabrics (union-find, the lowest host as each root).
+  std::vector<int> parent(nhosts());
+  for (int h = 0; h < nhosts(); ++h) parent[h] = h;
+  auto root = [&](int h) {
+    while (parent[h] != h) h = parent[h] = parent[parent[h]];
+    return h;
+  };
+  for (const Fabric& f : fabrics_)
+    if (f.kind != NicKind::kEth)
+      for (int h : f.hosts) {
+        const int a = root(h), b = root(f.hosts.front());
+        parent[std::max(a, b)] = std::min(a, b);
+      }
   islands_.clear();
-  for (int h = 0; h < nhosts(); ++h) islands_.push_back({IslandKind::kHost, hosts_[h].ranks, {h}, {}});
-
-  // Fabrics of one kind over the same hosts (rails) make one island.
-  std::map<std::pair<NicKind, std::vector<int>>, std::vector<int>> byHosts;
+  islandOfHost_.assign(nhosts(), -1);
+  for (int h = 0; h < nhosts(); ++h) {
+    const int r = root(h);
+    if (islandOfHost_[r] < 0) {
+      islandOfHost_[r] = static_cast<int>(islands_.size());
+      islands_.push_back(Island{});
+    }
+    islandOfHost_[h] = islandOfHost_[r];
+    Island& island = islands_[islandOfHost_[h]];
+    island.hosts.push_back(h);
+    island.ranks.insert(island.ranks.end(), hosts_[h].ranks.begin(), hosts_[h].ranks.end());
+  }
   for (int f = 0; f < static_cast<int>(fabrics_.size()); ++f) {
-    if (fabrics_[f].hosts.size() >= 2) byHosts[{fabrics_[f].kind, fabrics_[f].hosts}].push_back(f);
+    const Fabric& fab = fabrics_[f];
+    if (fab.kind == NicKind::kEth || fab.hosts.size() < 2) continue;
+    Island& island = islands_[islandOfHost_[fab.hosts.front()]];
+    island.fabrics.push_back(f);
+    const IslandKind kind = fab.kind == NicKind::kIb ? IslandKind::kIb : IslandKind::kRoce;
+    if (island.kind == IslandKind::kHost || kind < island.kind) island.kind = kind;
   }
-  for (const auto& [key, fabrics] : byHosts) {
-    Island island;
-    island.kind = key.first == NicKind::kIb     ? IslandKind::kIb
-                  : key.first == NicKind::kRoce ? IslandKind::kRoce
-                                                : IslandKind::kEth;
-    island.hosts = key.second;
-    island.fabrics = fabrics;
-    for (int h : island.hosts) island.ranks.insert(island.ranks.end(), hosts_[h].ranks.begin(), hosts_[h].ranks.end());
-    island.ranks = sortedUnique(std::move(island.ranks));
-    islands_.push_back(std::move(island));
-  }
+  for (Island& island : islands_) island.ranks = sortedUnique(std::move(island.ranks));
 }
 
 uint64_t ClusterView::rateOnFabric(int fabric, int host) const {

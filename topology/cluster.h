@@ -6,8 +6,9 @@
 //   fabrics  which NICs of which hosts reach each other: NICs with the same fabric name (a topology file names
 //            it), else NICs of the same kind with an address in the same IP network. Only NICs that are up and
 //            not loopback take part; link-local addresses are ignored (every link has one).
-//   islands  sets of ranks that share a host, and sets of ranks whose hosts share a fabric of one kind
-//            (ib / roce / eth) that spans two hosts or more. Fabrics joining the same hosts (rails) make one island.
+//   islands  hosts joined by RDMA fabrics (ib, roce): the connected components of the hosts over those
+//            fabrics, so every host is in exactly one island, alone when no RDMA fabric joins it to another. The
+//            one definition: collectives, hetcommCommRankPlacement and hetcomm-topo all read it from here.
 //
 // What it does not do: choose transports or algorithms (comm/ and collectives/ do, from this and the link matrix).
 #pragma once
@@ -49,7 +50,7 @@ struct Island {
   IslandKind kind = IslandKind::kHost;
   std::vector<int> ranks;    // ascending
   std::vector<int> hosts;    // ascending
-  std::vector<int> fabrics;  // the fabrics joining these hosts; empty for a host island
+  std::vector<int> fabrics;  // the RDMA fabrics joining these hosts; empty for a host alone
 };
 
 class ClusterView {
@@ -63,8 +64,10 @@ class ClusterView {
   const std::vector<Host>& hosts() const { return hosts_; }
   // Sorted by kind (ib, roce, eth), then name.
   const std::vector<Fabric>& fabrics() const { return fabrics_; }
-  // Host islands in host order, then fabric islands by kind and host list.
+  // In order of their lowest host (host 0's island first). kind: the best fabric kind joining the island's hosts
+  // (kHost for a host alone).
   const std::vector<Island>& islands() const { return islands_; }
+  int islandOfHost(int host) const { return islandOfHost_[host]; }
 
   // Rank r's description as published (NICs sorted by name). r must be in [0, nranks()).
   const NodeDescription& node(int rank) const { return nodes_[rank]; }
@@ -102,6 +105,7 @@ class ClusterView {
   std::vector<int> hostOfRank_, localRank_;
   std::vector<Fabric> fabrics_;
   std::vector<Island> islands_;
+  std::vector<int> islandOfHost_;
 };
 
 // "0-3", "0,2,4-6": a sorted rank list, compactly.

@@ -62,21 +62,36 @@ TEST(ClusterView, ReferenceClusterFabrics) {
 }
 
 TEST(ClusterView, ReferenceClusterIslands) {
+  // Islands are the hosts joined by RDMA fabrics: the ib pair and the roce pair. The Ethernet every host has joins
+  // no island: it is the slow path between them.
   ClusterView v = buildOk(referenceCluster());
   const auto& islands = v.islands();
-  ASSERT_EQ(islands.size(), 7u);
-  for (int h = 0; h < 4; ++h) {
-    EXPECT_EQ(islands[h].kind, IslandKind::kHost);
-    EXPECT_EQ(islands[h].ranks, (std::vector<int>{2 * h, 2 * h + 1}));
-  }
-  EXPECT_EQ(islands[4].kind, IslandKind::kIb);
-  EXPECT_EQ(islands[4].ranks, (std::vector<int>{0, 1, 2, 3}));
-  EXPECT_EQ(islands[4].fabrics, (std::vector<int>{0}));
-  EXPECT_EQ(islands[5].kind, IslandKind::kRoce);
-  EXPECT_EQ(islands[5].ranks, (std::vector<int>{4, 5, 6, 7}));
-  EXPECT_EQ(islands[6].kind, IslandKind::kEth);
-  EXPECT_EQ(islands[6].ranks, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(islands[6].hosts, (std::vector<int>{0, 1, 2, 3}));
+  ASSERT_EQ(islands.size(), 2u);
+  EXPECT_EQ(islands[0].kind, IslandKind::kIb);
+  EXPECT_EQ(islands[0].ranks, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(islands[0].hosts, (std::vector<int>{0, 1}));
+  EXPECT_EQ(islands[0].fabrics, (std::vector<int>{0}));
+  EXPECT_EQ(islands[1].kind, IslandKind::kRoce);
+  EXPECT_EQ(islands[1].ranks, (std::vector<int>{4, 5, 6, 7}));
+  for (int h = 0; h < 4; ++h) EXPECT_EQ(v.islandOfHost(h), h / 2);
+}
+
+TEST(ClusterView, IslandsAreConnectedComponentsOverRdmaFabrics) {
+  // a-b on one ib fabric, b-c on a roce fabric: one island of three hosts (ib, its best kind). d has only
+  // Ethernet: an island of its own.
+  auto a = makeNode("a", {makeNic("ib0", NicKind::kIb, 0, {"10.1.0.1/24"}), makeNic("e", NicKind::kEth, 0, {"10.0.0.1/24"})});
+  auto b = makeNode("b", {makeNic("ib0", NicKind::kIb, 0, {"10.1.0.2/24"}), makeNic("ro", NicKind::kRoce, 0, {"10.2.0.2/24"}),
+                          makeNic("e", NicKind::kEth, 0, {"10.0.0.2/24"})});
+  auto c = makeNode("c", {makeNic("ro", NicKind::kRoce, 0, {"10.2.0.3/24"}), makeNic("e", NicKind::kEth, 0, {"10.0.0.3/24"})});
+  auto d = makeNode("d", {makeNic("e", NicKind::kEth, 0, {"10.0.0.4/24"})});
+  ClusterView v = buildOk({a, b, c, d});
+  ASSERT_EQ(v.islands().size(), 2u);
+  EXPECT_EQ(v.islands()[0].hosts, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(v.islands()[0].kind, IslandKind::kIb);
+  EXPECT_EQ(v.islands()[1].hosts, (std::vector<int>{3}));
+  EXPECT_EQ(v.islands()[1].kind, IslandKind::kHost);
+  EXPECT_EQ(v.islandOfHost(2), 0);
+  EXPECT_EQ(v.islandOfHost(3), 1);
 }
 
 TEST(ClusterView, SharedFabricsPreferKindThenRate) {
@@ -125,9 +140,9 @@ TEST(ClusterView, RailsOverTheSameHostsMakeOneIsland) {
   };
   ClusterView v = buildOk({host("a", 1), host("b", 2)});
   ASSERT_EQ(v.fabrics().size(), 2u);
-  ASSERT_EQ(v.islands().size(), 3u);
-  EXPECT_EQ(v.islands()[2].kind, IslandKind::kIb);
-  EXPECT_EQ(v.islands()[2].fabrics, (std::vector<int>{0, 1}));
+  ASSERT_EQ(v.islands().size(), 1u);
+  EXPECT_EQ(v.islands()[0].kind, IslandKind::kIb);
+  EXPECT_EQ(v.islands()[0].fabrics, (std::vector<int>{0, 1}));
 }
 
 TEST(ClusterView, OnlyUsableNicsAndAddressesTakePart) {
@@ -143,7 +158,8 @@ TEST(ClusterView, OnlyUsableNicsAndAddressesTakePart) {
   EXPECT_EQ(fabricNames(v), (std::vector<std::string>{"ib:10.1.0.0/24", "eth:10.1.0.0/24", "eth:10.5.0.0/24"}));
   for (const Fabric& f : v.fabrics()) EXPECT_EQ(f.hosts.size(), 1u) << f.name;
   EXPECT_TRUE(v.sharedFabrics(0, 1).empty());
-  EXPECT_EQ(v.islands().size(), 2u) << "single-host fabrics make no island";
+  EXPECT_EQ(v.islands().size(), 2u) << "single-host fabrics join nothing: each host is an island alone";
+  EXPECT_EQ(v.islands()[1].kind, IslandKind::kHost);
 }
 
 TEST(ClusterView, SameAddressOnTwoHostsIsNotAFabric) {

@@ -1,0 +1,127 @@
+#include "topology/link_graph.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/strings.h"
+
+namespace hetcomm::topo {
+namespace {
+
+uint64_t assumedMbps(NicKind kind) {
+  return kind == NicKind::kIb ? kAssumedIbMbps : kind == NicKind::kRoce ? kAssumedRoceMbps : kAssumedEthMbps;
+}
+
+// What the probe found on each fabric against the nominal rates: measured over nominal bandwidth, the median
+// over the measured rank pairs whose link runs over it (1 where nothing was measured). TCP's headers, a shaper's
+// real rate or a slow driver then scale every port of that fabric alike.
+std::vector<double> fabricEfficiency(const ClusterView& view, const LinkMatrix& links, const LinkMatrix& nominal) {
+  std::vector<std::vector<double>> ratios(view.fabrics().size());
+  for (int i = 0; i < links.size(); ++i)
+    for (int j = 0; j < links.size(); ++j) {
+      const Link& l = links.at(i, j);
+      if (!l.measured || l.fabric < 0 || nominal.at(i, j).bwGBps <= 0) continue;
+      ratios[l.fabric].push_back(l.bwGBps / nominal.at(i, j).bwGBps);
+    }
+  std::vector<double> eff(ratios.size(), 1.0);
+  for (size_t f = 0; f < ratios.size(); ++f) {
+    auto& r = ratios[f];
+    if (r.empty()) continue;
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    eff[f] = r[r.size() / 2];
+  }
+  return eff;
+}
+
+}  // namespace
+
+bool LinkGraph::connected() const {
+  const int h = nhosts();
+  if (h <= 1) return true;
+  std::vector<char> seen(h, 0);
+  std::vector<int> stack{0};
+  seen[0] = 1;
+  while (!stack.empty()) {
+    const int a = stack.back();
+    stack.pop_back();
+    for (int b = 0; b < h; ++b)
+      if (!seen[b] && !route(a, b).empty()) {
+        seen[b] = 1;
+        stack.push_back(b);
+      }
+  }
+  return std::all_of(seen.begin(), seen.end(), [](char c) { return c != 0; });
+}
+
+double LinkGraph::hostEgressGBps(int host) const {
+  double sum = 0;
+  for (const Port& p : ports)
+    if (p.host == host) sum += p.gbps;
+  return sum;
+}
+
+std::string LinkGraph::describe() const {
+  std::string out;
+  for (int h = 0; h < nhosts(); ++h) {
+    out += format("%s (island %d, %zu ranks, memory %.3g GB/s):", hosts[h].name.c_str(), hosts[h].island,
+                  hosts[h].ranks.size(), hosts[h].memGBps);
+    for (const Port& p : ports)
+      if (p.host == h) out += format(" %s on %s %.4g GB/s", p.name.c_str(), fabrics[p.fabric].c_str(), p.gbps);
+    out += "\n";
+  }
+  return out;
+}
+
+LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail) {
+  LinkGraph g;
+  const int nh = view.nhosts();
+  const LinkMatrix nominal = LinkMatrix::nominal(view, multiRail);
+  const std::vector<double> eff = fabricEfficiency(view, links, nominal);
+  for (const Fabric& f : view.fabrics()) g.fabrics.push_back(f.name);
+  for (int r = 0; r < view.nranks(); ++r) g.hostOfRank.push_back(view.hostOf(r));
+  for (int h = 0; h < nh; ++h) {
+    const Host& host = view.hosts()[h];
+    LinkGraph::HostNode node;
+    node.name = host.name;
+    node.ranks = host.ranks;
+    node.island = view.islandOfHost(h);
+    node.cores = host.node.cores;
+    node.memGBps = kShmBwGBps;
+    if (host.ranks.size() > 1) node.memGBps = links.at(host.ranks[0], host.ranks[1]).bwGBps;
+    g.hosts.push_back(std::move(node));
+  }
+  // One port per (host, fabric): a host's fastest NIC there (ClusterView::rateOnFabric).
+  std::map<std::pair<int, int>, int> portOf;
+  for (int f = 0; f < static_cast<int>(view.fabrics().size()); ++f) {
+    const Fabric& fab = view.fabrics()[f];
+    for (int h : fab.hosts) {
+      uint64_t mbps = view.rateOnFabric(f, h);
+      if (mbps == 0) mbps = assumedMbps(fab.kind);
+      std::string name;
+      for (const NicRef& ref : fab.nics)
+        if (ref.host == h && view.nic(ref).rateMbps == view.rateOnFabric(f, h)) name = view.nic(ref).name;
+      portOf[{h, f}] = static_cast<int>(g.ports.size());
+      g.ports.push_back({h, f, static_cast<double>(mbps) / 8000.0 * eff[f], name});
+    }
+  }
+  g.routes.assign(static_cast<size_t>(nh) * nh, {});
+  for (int a = 0; a < nh; ++a)
+    for (int b = 0; b < nh; ++b) {
+      if (a == b) continue;
+      const std::vector<int> shared = view.sharedFabrics(a, b);
+      if (shared.empty()) continue;
+      const std::vector<int> rails = multiRail ? view.railFabrics(a, b) : std::vector<int>{shared.front()};
+      double total = 0;
+      std::vector<std::pair<int, double>> weighted;
+      for (int f : rails) {
+        const double w = std::max(1e-9, std::min(g.ports[portOf[{a, f}]].gbps, g.ports[portOf[{b, f}]].gbps));
+        weighted.push_back({f, w});
+        total += w;
+      }
+      auto& route = g.routes[static_cast<size_t>(a) * nh + b];
+      for (const auto& [f, w] : weighted) route.push_back({portOf[{a, f}], portOf[{b, f}], w / total});
+    }
+  return g;
+}
+
+}  // namespace hetcomm::topo

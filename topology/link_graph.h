@@ -1,0 +1,66 @@
+// link_graph.h: the cluster as a capacitated graph, for collective bounds (bounds.h) and schedule synthesis
+// (collectives/synth/). Hosts reach each other through fabrics, which act as switches, by their NICs; a NIC
+// carries its rate in each direction and every rank of its host shares it. Ranks sit on hosts and move bytes to
+// and from the host's memory at the host's shared-memory rate.
+//
+// Pure, rank-indexed data: buildLinkGraph makes it from a ClusterView and a LinkMatrix (nominal or probed), tests
+// and tools may fill it by hand. The collectives layer reads it through GroupView and includes nothing else of
+// topology/.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topology/cluster.h"
+#include "topology/link_matrix.h"
+
+namespace hetcomm::topo {
+
+struct LinkGraph {
+  struct HostNode {
+    std::string name;
+    std::vector<int> ranks;  // ascending
+    int island = 0;          // ClusterView::islandOfHost: hosts joined by an RDMA fabric
+    double memGBps = 0;      // a rank to or from the host's memory (the same-host link), GB/s
+    int cores = 0;           // physical cores; 0 unknown
+  };
+  // One NIC of a host on a fabric: what it carries each way (full duplex), GB/s.
+  struct Port {
+    int host = -1;
+    int fabric = -1;
+    double gbps = 0;
+    std::string name;
+  };
+  // A message from one host to another crosses one port of each end on a fabric they share: one rail, or several
+  // (multi-rail striping), each with its share of the bytes.
+  struct Rail {
+    int from = -1, to = -1;  // port indices
+    double share = 1;
+  };
+
+  std::vector<HostNode> hosts;
+  std::vector<Port> ports;
+  std::vector<std::string> fabrics;  // names, by index
+  std::vector<int> hostOfRank;
+  // routes[a * hosts + b]: the rails a message from host a to host b crosses; empty for a == b and for hosts
+  // that share no fabric (routed IP, whose path nothing here can see).
+  std::vector<std::vector<Rail>> routes;
+
+  int nranks() const { return static_cast<int>(hostOfRank.size()); }
+  int nhosts() const { return static_cast<int>(hosts.size()); }
+  const std::vector<Rail>& route(int a, int b) const { return routes[static_cast<size_t>(a) * hosts.size() + b]; }
+  // Every host reaches every other through routes (hops through other hosts allowed).
+  bool connected() const;
+  // What one host sends (or takes in) at most per second over all its ports, GB/s.
+  double hostEgressGBps(int host) const;
+  // "h0 ib0 ib-a 0.200 GB/s, ..." one line per host: for logs and tests.
+  std::string describe() const;
+};
+
+// From the cluster view and the link matrix. A port's rate is its NIC's nominal rate scaled by what the probe
+// measured on that fabric (measured over nominal, median over the measured pairs on it); a host's memory rate is
+// its same-host link. multiRail: pairs stripe over every fabric of their best kind (ClusterView::railFabrics),
+// in proportion to the rates; otherwise they use the best fabric alone.
+LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail);
+
+}  // namespace hetcomm::topo
