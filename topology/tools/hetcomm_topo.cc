@@ -5,6 +5,10 @@
 //   ... --json FILE                       also writes the cluster (and link matrix) as JSON
 //   ... --probe                           measures latency and bandwidth of every rank pair through the real
 //                                         transports and prints the alpha/beta matrix
+//   ... --bound [--size 64M]              each collective's lower bound on this cluster from its link rates
+//                                         (nominal, or measured with --probe): busbw and which cut binds
+//   hetcomm-topo --bound --cluster FILE   the same for a cluster file (clusters/*.json), without running it
+//   ... --bound-json FILE                 the bounds as JSON as well
 // A client of the public API (it gathers node descriptions with hetcommAllGather) plus the topology library.
 #include <hetcomm/hetcomm.h>
 
@@ -19,7 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "topology/bounds.h"
 #include "topology/cluster.h"
+#include "topology/cluster_spec.h"
 #include "topology/link_matrix.h"
 #include "topology/node.h"
 #include "topology/node_json.h"
@@ -170,15 +176,77 @@ std::string transportMatrix(const std::vector<std::vector<std::byte>>& rows) {
   return out;
 }
 
+// Each collective's bound for `size` bytes (nccl-tests' sizes), as a table; and as JSON when jsonPath is set.
+void printBounds(const topo::LinkGraph& g, const std::string& source, double size, const std::string& jsonPath) {
+  const int n = g.nranks();
+  std::printf("bounds for %s: %d ranks on %d hosts, size %s; link rates as the graph has them:\n%s", source.c_str(), n,
+              g.nhosts(), humanBytes(static_cast<uint64_t>(size)).c_str(), g.describe().c_str());
+  std::printf("%-14s %12s %12s  %s\n", "collective", "time (us)", "busbw GB/s", "what binds");
+  nlohmann::json out = {{"source", source}, {"nranks", n}, {"nhosts", g.nhosts()}, {"size", size}};
+  for (topo::BoundKind kind : {topo::BoundKind::kAllReduce, topo::BoundKind::kAllGather,
+                               topo::BoundKind::kReduceScatter, topo::BoundKind::kBroadcast, topo::BoundKind::kReduce}) {
+    const topo::CollectiveBound b = topo::collectiveBound(g, kind, 0);
+    std::printf("%-14s %12.0f %12.4f  %s\n", topo::boundKindName(kind), b.usPerByte * size, b.busGBps(n),
+                b.binding.c_str());
+    nlohmann::json row = {{"time_us", b.usPerByte * size}, {"busbw", b.busGBps(n)}, {"binding", b.binding}};
+    if (kind == topo::BoundKind::kAllReduce) {
+      row["cut_time_us"] = b.cutUsPerByte * size;
+      row["aggregate_time_us"] = b.aggregateUsPerByte * size;
+    }
+    out[topo::boundKindName(kind)] = row;
+  }
+  std::printf("(broadcast and reduce: root 0; busbw = size / time x nccl-tests' factor)\n");
+  if (!jsonPath.empty()) {
+    std::ofstream(jsonPath) << out.dump(2) << "\n";
+    std::printf("wrote %s\n", jsonPath.c_str());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"hetcomm-topo: what hetcomm sees of this host and cluster"};
-  std::string jsonPath;
-  bool doProbe = false;
+  std::string jsonPath, clusterFile, boundJson, sizeText = "64M";
+  bool doProbe = false, doBound = false;
   app.add_option("--json", jsonPath, "write the cluster (and link matrix) as JSON to this file");
   app.add_flag("--probe", doProbe, "measure latency and bandwidth of every rank pair (under a launcher)");
+  app.add_flag("--bound", doBound, "print each collective's lower bound from the link rates");
+  app.add_option("--cluster", clusterFile, "with --bound: a cluster file (clusters/*.json) instead of the running job");
+  app.add_option("--size", sizeText, "with --bound: the collective's size in bytes (K/M/G suffixes; default 64M)");
+  app.add_option("--bound-json", boundJson, "with --bound: also write the bounds as JSON to this file");
   CLI11_PARSE(app, argc, argv);
+  double size = 0;
+  {
+    char* end = nullptr;
+    size = std::strtod(sizeText.c_str(), &end);
+    const std::string suffix = end ? end : "";
+    const double scale = suffix.empty() ? 1 : suffix == "K" ? 1024.0 : suffix == "M" ? 1048576.0 : suffix == "G" ? 1073741824.0 : 0;
+    if (!(size > 0) || scale == 0) {
+      std::fprintf(stderr, "hetcomm-topo: --size %s: expected a positive byte count with an optional K, M or G\n",
+                   sizeText.c_str());
+      return 2;
+    }
+    size *= scale;
+  }
+  if (!clusterFile.empty()) {
+    if (!doBound) {
+      std::fprintf(stderr, "hetcomm-topo: --cluster goes with --bound\n");
+      return 2;
+    }
+    auto spec = topo::loadClusterSpec(clusterFile);
+    if (!spec) {
+      std::fprintf(stderr, "hetcomm-topo: %s\n", spec.error().toString().c_str());
+      return 1;
+    }
+    auto view = topo::ClusterView::build(spec->nodes());
+    if (!view) {
+      std::fprintf(stderr, "hetcomm-topo: %s\n", view.error().toString().c_str());
+      return 1;
+    }
+    printBounds(topo::buildLinkGraph(*view, topo::LinkMatrix::nominal(*view), true), "cluster file " + clusterFile,
+                size, boundJson);
+    return 0;
+  }
 
   auto local = topo::discoverLocalNode(topo::DiscoveryOptions::fromEnvironment());
   if (!local) {
@@ -188,6 +256,7 @@ int main(int argc, char** argv) {
   if (!underLauncher()) {
     std::printf("%s", topo::formatNode(*local).c_str());
     if (doProbe) std::printf("(--probe needs several ranks: run under hetcomm-run, mpirun or srun)\n");
+    if (doBound) std::printf("(--bound needs the cluster: run under a launcher, or give --cluster FILE)\n");
     if (!jsonPath.empty()) {
       std::ofstream(jsonPath) << topo::nodeToJson(*local).dump(2) << "\n";
       std::printf("wrote %s\n", jsonPath.c_str());
@@ -232,6 +301,9 @@ int main(int argc, char** argv) {
       std::ofstream(jsonPath) << topo::dumpClusterJson(*view, &links) << "\n";
       std::printf("wrote %s\n", jsonPath.c_str());
     }
+    if (doBound)
+      printBounds(topo::buildLinkGraph(*view, links, true), doProbe ? "this job (probed rates)" : "this job (nominal rates)",
+                  size, boundJson);
   }
   CHECK(hetcommCommFinalize(comm));
   CHECK(hetcommCommDestroy(comm));
