@@ -12,20 +12,38 @@
 
 namespace hetcomm::coll {
 
+// An algorithm serves one kind of collective. A new one is one file: its name, its kind, where it applies, its
+// estimate and its plan, and a line in algorithms.cc's table.
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
   virtual std::string_view name() const = 0;  // HETCOMM_ALGO value
-  virtual bool supports(const Args& args, const GroupView& group) const = 0;
-  // Predicted microseconds, from the group's link model (GroupView::alphaUs / bwGBps per rank pair).
+  virtual CollKind kind() const = 0;
+  // Whether it can serve this call on this group (the kind already matches); most algorithms serve every group.
+  virtual bool applies(const Args&, const GroupView&) const { return true; }
+  bool supports(const Args& args, const GroupView& group) const {
+    return args.kind == kind() && applies(args, group);
+  }
+  // Predicted microseconds: the group's link model (GroupView::alphaUs / bwGBps per rank pair) plus the memory work
+  // of the schedule's copies and reductions (memoryUs).
   virtual double estimateUs(const Args& args, const GroupView& group) const = 0;
   virtual Result<Schedule> plan(const Args& args, const GroupView& group) const = 0;
 };
 
 std::span<const Algorithm* const> allAlgorithms();
 
-// The algorithm for this call: forced (a name from HETCOMM_ALGO, empty for automatic) or the cheapest, with its
-// predicted time.
+// The start of every plan: an empty schedule for the call (its datatype, reduction, and rank count for Avg).
+Schedule newSchedule(const Args& a, const GroupView& g);
+
+// What a rank's own memory work costs: bytes it copies and bytes it reduces (output bytes; a reduction reads two
+// inputs), at its host's rates (GroupView::copyGBps, reduceGBps). Transfers are the links' part, not this.
+double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes);
+// The same for the rank with the slowest memory, when every rank does that much work.
+double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes);
+
+// The algorithm for this call: forced (a name from HETCOMM_ALGO; empty or "auto" for automatic) or the cheapest,
+// with its predicted time. A forced algorithm that cannot serve the call leaves the automatic choice. The choice is
+// kept per (collective, size class, group) in a prepared group's cache.
 struct Selection {
   const Algorithm* algo = nullptr;
   double predictedUs = 0;

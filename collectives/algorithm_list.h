@@ -16,6 +16,11 @@ const Algorithm& chainBroadcast();
 const Algorithm& hierBroadcast();
 const Algorithm& chainReduce();
 const Algorithm& hierReduce();
+const Algorithm& synthAllReduce();
+const Algorithm& synthReduceScatter();
+const Algorithm& synthAllGather();
+const Algorithm& synthBroadcast();
+const Algorithm& synthReduce();
 const Algorithm& pairwiseAlltoAll();
 const Algorithm& directSendRecv();
 

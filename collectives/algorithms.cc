@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "collectives/algorithm_list.h"
+#include "collectives/group_cache.h"
 #include "common/strings.h"
 
 namespace hetcomm::coll {
@@ -14,30 +15,95 @@ std::span<const Algorithm* const> allAlgorithms() {
       &ringAllReduce(),  &hierAllReduce(), &recursiveDoublingAllReduce(),
       &ringReduceScatter(), &hierReduceScatter(), &ringAllGather(), &hierAllGather(),
       &chainBroadcast(), &hierBroadcast(), &chainReduce(), &hierReduce(),
+      &synthAllReduce(), &synthReduceScatter(), &synthAllGather(), &synthBroadcast(), &synthReduce(),
       &pairwiseAlltoAll(), &directSendRecv(),
   };
   return table;
 }
 
-Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
-  Selection best;
+namespace {
+
+// Sizes within a sixteenth of an octave of each other share a choice: it is made once, at the class's middle.
+constexpr double kClassesPerOctave = 16;
+
+int sizeClass(size_t bytes) {
+  return bytes == 0 ? -1 : static_cast<int>(std::floor(std::log2(static_cast<double>(bytes)) * kClassesPerOctave));
+}
+
+// The cheapest algorithm that supports a.
+const Algorithm* cheapest(const Args& a, const GroupView& g) {
+  const Algorithm* best = nullptr;
   double bestUs = std::numeric_limits<double>::infinity();
-  bool forcedExists = forced.empty();
-  for (const Algorithm* a : allAlgorithms()) {
-    if (a->name() == forced) forcedExists = true;
-    if (!a->supports(args, group)) continue;
-    const double us = a->estimateUs(args, group);
-    if (!forced.empty() && a->name() == forced) return Selection{a, us};
-    if (us < bestUs) {
+  for (const Algorithm* algo : allAlgorithms()) {
+    if (!algo->supports(a, g)) continue;
+    const double us = algo->estimateUs(a, g);
+    if (!best || us < bestUs) {
       bestUs = us;
-      best = Selection{a, us};
+      best = algo;
     }
   }
-  if (!forcedExists)
-    return invalidArgument("HETCOMM_ALGO=%.*s is not an algorithm hetcomm knows", static_cast<int>(forced.size()),
-                           forced.data());
-  if (!best.algo) return internalError("no algorithm supports %s", args.describe().c_str());
   return best;
+}
+
+const Algorithm* automatic(const Args& a, const GroupView& g) {
+  if (!g.cache) return cheapest(a, g);
+  const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
+  const int cls = sizeClass(bytes);
+  const GroupCache::SelectionKey key{static_cast<int>(a.kind), a.root, static_cast<int>(a.dtype),
+                                     static_cast<int>(a.op), a.inPlace, cls};
+  {
+    std::lock_guard<std::mutex> lock(g.cache->mu);
+    if (auto it = g.cache->selections.find(key); it != g.cache->selections.end()) return it->second;
+  }
+  Args mid = a;
+  if (cls >= 0) mid.count = std::max<size_t>(1, static_cast<size_t>(std::exp2((cls + 0.5) / kClassesPerOctave) / esz));
+  const Algorithm* best = cheapest(mid, g);
+  if (!best || !best->supports(a, g)) return cheapest(a, g);
+  std::lock_guard<std::mutex> lock(g.cache->mu);
+  g.cache->selections.emplace(key, best);
+  return best;
+}
+
+}  // namespace
+
+Schedule newSchedule(const Args& a, const GroupView& g) {
+  Schedule s;
+  s.dtype = a.dtype;
+  s.op = a.op;
+  s.nranks = g.nranks;
+  return s;
+}
+
+double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes) {
+  return copyBytes / (g.copyGBps(rank) * 1e3) + reduceBytes / (g.reduceGBps(rank) * 1e3);
+}
+
+double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes) {
+  double worst = 0;
+  for (int r = 0; r < g.nranks; ++r) worst = std::max(worst, memoryUs(g, r, copyBytes, reduceBytes));
+  return worst;
+}
+
+Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced) {
+  if (!forced.empty() && forced != "auto") {
+    const Algorithm* named = nullptr;
+    for (const Algorithm* a : allAlgorithms())
+      if (a->name() == forced) {
+        named = named ? named : a;
+        if (a->supports(args, group)) return Selection{a, a->estimateUs(args, group)};
+      }
+    if (!named) {
+      std::vector<std::string> names;
+      for (const Algorithm* a : allAlgorithms())
+        if (std::find(names.begin(), names.end(), a->name()) == names.end()) names.emplace_back(a->name());
+      const std::string known = join(names, ", ");
+      return invalidArgument("HETCOMM_ALGO=%.*s is not an algorithm hetcomm knows (auto, %s)",
+                             static_cast<int>(forced.size()), forced.data(), known.c_str());
+    }
+  }
+  const Algorithm* best = automatic(args, group);
+  if (!best) return internalError("no algorithm supports %s", args.describe().c_str());
+  return Selection{best, best->estimateUs(args, group)};
 }
 
 double pipelinedChainUs(const GroupView& g, const std::vector<int>& chain, double bytes) {

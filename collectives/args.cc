@@ -1,9 +1,9 @@
 #include "collectives/args.h"
 
+#include <algorithm>
 #include <tuple>
 
-#include <algorithm>
-
+#include "collectives/group_cache.h"
 #include "common/strings.h"
 
 namespace hetcomm::coll {
@@ -66,6 +66,41 @@ std::string Args::describe() const {
       return format("send/recv group of %zu operations", p2p.size());
   }
   return "?";
+}
+
+namespace {
+
+// A rank's rate alone, shared with its host's other ranks where they outnumber the cores.
+double perRank(const GroupView& g, int r, double topo::LinkGraph::HostNode::*rate, double nominal) {
+  if (!g.graph || r < 0 || r >= g.graph->nranks()) return nominal;
+  const topo::LinkGraph::HostNode& h = g.graph->hosts[g.graph->hostOfRank[r]];
+  const double alone = h.*rate > 0 ? h.*rate : nominal;
+  const double k = static_cast<double>(h.ranks.size());
+  return h.cores > 0 && k > h.cores ? alone * h.cores / k : alone;
+}
+
+}  // namespace
+
+double GroupView::copyGBps(int r) const {
+  return perRank(*this, r, &topo::LinkGraph::HostNode::memcpyGBps, kNominalCopyGBps);
+}
+double GroupView::reduceGBps(int r) const {
+  return perRank(*this, r, &topo::LinkGraph::HostNode::reduceGBps, kNominalReduceGBps);
+}
+
+void GroupView::prepare() { cache = std::make_shared<GroupCache>(); }
+
+GroupView GroupView::fromGraph(int rank, std::shared_ptr<const topo::LinkGraph> graph, size_t chunkBytes) {
+  GroupView g;
+  g.rank = rank;
+  g.nranks = graph->nranks();
+  g.chunkBytes = chunkBytes;
+  g.host = graph->hostOfRank;
+  for (int r = 0; r < g.nranks; ++r) g.island.push_back(graph->hosts[graph->hostOfRank[r]].island);
+  g.alpha = graph->alphaUs;
+  g.bw = graph->bwGBps;
+  g.graph = std::move(graph);
+  return g;
 }
 
 std::vector<int> GroupView::nicAwareOrder() const {

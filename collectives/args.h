@@ -3,12 +3,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kernels/datatype.h"
+#include "topology/link_graph.h"
 
 namespace hetcomm::coll {
+
+struct GroupCache;
 
 enum class CollKind : uint8_t { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSendRecv };
 const char* name(CollKind kind);  // "allreduce", ...
@@ -70,6 +74,22 @@ struct GroupView {
   double ringAlphaUs() const;
   double ringBwGBps(const std::vector<int>& order) const;
   double ringAlphaUs(const std::vector<int>& order) const;
+  // The cluster as a capacitated graph (hosts, their NICs on fabrics, routes, memory rates): what schedule
+  // synthesis packs trees over. Null when nothing is known of it (then synthesis does not apply).
+  std::shared_ptr<const topo::LinkGraph> graph;
+  // What rank r copies and reduces on its own per second (GB/s of output, out of cache): its host's measured rates,
+  // shared with the host's other ranks where they outnumber its cores. Nominal figures without a graph.
+  static constexpr double kNominalCopyGBps = 8, kNominalReduceGBps = 5;
+  double copyGBps(int r) const;
+  double reduceGBps(int r) const;
+
+  // What is derived from the group once and kept (its hierarchy, synthesised trees, selections): set by prepare();
+  // without it every use derives afresh (tests that build views by hand).
+  std::shared_ptr<GroupCache> cache;
+  void prepare();
+  // A view of rank `rank` from the graph: ranks, hosts, islands and the link matrix's alpha and bandwidth.
+  static GroupView fromGraph(int rank, std::shared_ptr<const topo::LinkGraph> graph, size_t chunkBytes);
+
   // The ranks in an order that crosses hosts and islands as few times as possible: by island, then host, then
   // rank. The same on every rank. Rank order when nothing is known of the topology.
   std::vector<int> nicAwareOrder() const;

@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
+
+#include "collectives/group_cache.h"
 
 namespace hetcomm::coll {
 
-std::optional<Hierarchy> hierarchyOf(const GroupView& g) {
+namespace {
+
+std::optional<Hierarchy> deriveHierarchy(const GroupView& g) {
   std::map<int, std::vector<int>> hostRanks;    // host -> ranks, ascending
   std::map<int, std::vector<int>> islandHosts;  // island -> hosts, ascending
   for (int r = 0; r < g.nranks; ++r) {
@@ -48,6 +53,33 @@ std::optional<Hierarchy> hierarchyOf(const GroupView& g) {
   }
   if (h.levels.size() < 2) return std::nullopt;
   return h;
+}
+
+}  // namespace
+
+std::shared_ptr<const Hierarchy> hierarchyOf(const GroupView& g) {
+  auto derive = [&]() -> std::shared_ptr<const Hierarchy> {
+    auto h = deriveHierarchy(g);
+    return h ? std::make_shared<const Hierarchy>(std::move(*h)) : nullptr;
+  };
+  if (!g.cache) return derive();
+  std::lock_guard<std::mutex> lock(g.cache->mu);
+  if (!g.cache->hierarchyDone) {
+    g.cache->hierarchy = derive();
+    g.cache->hierarchyDone = true;
+  }
+  return g.cache->hierarchy;
+}
+
+double HierAlgorithm::estimateUs(const Args& a, const GroupView& g) const {
+  auto h = hierarchyOf(g);
+  return h ? estimate(a, g, h.get()) : 1e30;
+}
+
+Result<Schedule> HierAlgorithm::plan(const Args& a, const GroupView& g) const {
+  auto h = hierarchyOf(g);
+  if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
+  return planOn(a, g, h.get(), newSchedule(a, g));
 }
 
 int Hierarchy::rankAt(const Coord& c) const {
@@ -117,9 +149,8 @@ RootedPaths rootedPaths(const Hierarchy& h, int root) {
   return p;
 }
 
-double rootedHierUs(const Args& a, const GroupView& g, bool toRoot) {
-  auto h = hierarchyOf(g);
-  if (!h) return 1e30;
+double rootedHierUs(const Args& a, const GroupView& g, const Hierarchy& hier, bool toRoot) {
+  const Hierarchy* h = &hier;
   const RootedPaths paths = rootedPaths(*h, a.root);
   const int m = h->size[1];
   const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
@@ -229,9 +260,8 @@ double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vect
   return sum / std::max(1, g.nranks);
 }
 
-double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces, bool topFirst) {
-  auto h = hierarchyOf(g);
-  if (!h) return 1e30;
+double hierGatherUs(const GroupView& g, const Hierarchy& hier, size_t blockBytes, size_t maxPieces, bool topFirst) {
+  const Hierarchy* h = &hier;
   const size_t L = h->levels.size();
   const double pieces = static_cast<double>(piecesFor(blockBytes, g.chunkBytes, maxPieces));
   std::vector<double> bytes(L), messages(L);

@@ -8,7 +8,7 @@
 #pragma once
 
 #include <array>
-#include <optional>
+#include <memory>
 #include <vector>
 
 #include "collectives/algorithm.h"
@@ -85,12 +85,28 @@ Slice partOf(Slice whole, size_t esz, int j, int k);
 // The time of a hierarchical broadcast (toRoot false) or reduce (true), from the stages of rootedPaths: the
 // root's island scatters (gathers) the shares, its ring all-gathers (reduce-scatters) them, share h crosses the
 // islands in parts along host place h's part chains, and each host passes the whole buffer along its ranks.
-double rootedHierUs(const Args& a, const GroupView& g, bool toRoot);
+double rootedHierUs(const Args& a, const GroupView& g, const Hierarchy& h, bool toRoot);
 // This rank's place in whichever of `paths` holds it: {path index, position}, or {-1, -1}.
 std::pair<int, int> findIn(const std::vector<std::vector<int>>& paths, int rank);
 
-// nullopt when the group is not uniform or has fewer than two levels (one level is the plain ring).
-std::optional<Hierarchy> hierarchyOf(const GroupView& g);
+// Null when the group is not uniform or has fewer than two levels (one level is the plain ring). Derived once per
+// prepared group (GroupView::cache).
+std::shared_ptr<const Hierarchy> hierarchyOf(const GroupView& g);
+
+// The shared prologue of the hierarchical planners ("hier"): they serve groups of three ranks or more whose
+// hierarchy is uniform, and estimate and plan from it.
+class HierAlgorithm : public Algorithm {
+ public:
+  std::string_view name() const final { return "hier"; }
+  bool applies(const Args&, const GroupView& g) const final { return g.nranks > 2 && hierarchyOf(g) != nullptr; }
+  double estimateUs(const Args& a, const GroupView& g) const final;
+  Result<Schedule> plan(const Args& a, const GroupView& g) const final;
+
+ protected:
+  virtual double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const = 0;
+  // s: the call's empty schedule (newSchedule).
+  virtual Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const = 0;
+};
 
 // One stage of a pipelined plan: what one rank sends in it, in how many messages, over its slowest link.
 struct StageCost {
@@ -123,7 +139,7 @@ double pipelinedLevelsUs(const GroupView& g, const Hierarchy& h, const std::vect
 // Hierarchical all-gather (the top level first) or reduce-scatter (the host level first) of blockBytes per rank,
 // cut into pieces: a level with n members, each holding a set of as many blocks as the levels above have members
 // together, sends n-1 sets.
-double hierGatherUs(const GroupView& g, size_t blockBytes, size_t maxPieces, bool topFirst);
+double hierGatherUs(const GroupView& g, const Hierarchy& h, size_t blockBytes, size_t maxPieces, bool topFirst);
 
 // Pieces of a pipelined hierarchical plan: about two chunks each, so the top level's messages stay a useful
 // size; at most `most`.

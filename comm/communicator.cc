@@ -14,6 +14,7 @@
 #include "hetcomm/hetcomm.h"
 #include "topology/cluster.h"
 #include "topology/host_identity.h"
+#include "topology/link_graph.h"
 #include "topology/link_matrix.h"
 #include "topology/node.h"
 #include "topology/node_json.h"
@@ -364,43 +365,36 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   ctx.conns = connPtrs_;
   for (auto& t : transports_) ctx.transports.push_back(t.get());
   ctx.deadline = deadline;
+  for (int r = 0; r < nranks_; ++r)
+    if (cluster_->node(r).hostName == cluster_->node(rank_).hostName) ctx.localPids.push_back(cluster_->node(r).pid);
   std::string source;
-  HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source));
+  HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source, &probeCacheFile_));
   if (rank_ == 0)
     for (const LinkClassProbe& c : classes) {
       const topo::Link& nominal = links_->at(c.a, c.b);
       HC_INFO(Init, "link probe (%s): %s: %.1f us, %.3f GB/s (nominal %.1f us, %.3f GB/s; pair %d-%d)",
               source.c_str(), c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
     }
+  HC_ASSIGN_OR_RETURN(memoryRates_, probeMemoryRates(ctx, *cluster_));
   return applyProbe(classes, *cluster_, kindOf, *links_);
 }
 
 const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
 
-// What the planners and the cost model see of this communicator: per peer whether late receives are free, each
-// rank's host and island (ClusterView::islandOfHost: hosts joined by an RDMA fabric), and the link matrix's alpha
-// and bandwidth per pair.
+// What the planners and the cost model see of this communicator: the cluster as a link graph (hosts, islands,
+// NICs, routes, each host's memory rates), the link matrix's alpha and bandwidth per pair, and per peer whether
+// late receives are free. Prepared: what is derived from it is kept for the communicator's life.
 coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
-  coll::GroupView g;
-  g.rank = rank_;
-  g.nranks = nranks_;
-  g.chunkBytes = chunkBytes_;
+  auto graph = std::make_shared<topo::LinkGraph>(topo::buildLinkGraph(view, links, multiRail() != 0));
+  for (size_t h = 0; h < memoryRates_.size() && h < graph->hosts.size(); ++h) {
+    graph->hosts[h].memcpyGBps = memoryRates_[h].memcpyGBps;
+    graph->hosts[h].reduceGBps = memoryRates_[h].reduceGBps;
+  }
+  coll::GroupView g = coll::GroupView::fromGraph(rank_, std::move(graph), chunkBytes_);
   g.lateReceiveFree.assign(nranks_, 0);
   for (int p = 0; p < nranks_; ++p)
     if (conns_[p]) g.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
-  g.host.resize(nranks_);
-  g.island.resize(nranks_);
-  g.alpha.resize(size_t(nranks_) * nranks_);
-  g.bw.resize(size_t(nranks_) * nranks_);
-  for (int r = 0; r < nranks_; ++r) {
-    g.host[r] = view.hostOf(r);
-    g.island[r] = view.islandOfHost(view.hostOf(r));
-    for (int q = 0; q < nranks_; ++q) {
-      const topo::Link& l = links.at(r, q);
-      g.alpha[size_t(r) * nranks_ + q] = l.alphaUs;
-      g.bw[size_t(r) * nranks_ + q] = l.bwGBps > 0 ? l.bwGBps : coll::GroupView::kNominalBwGBps;
-    }
-  }
+  g.prepare();
   return g;
 }
 
@@ -528,9 +522,10 @@ void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
   Engine::get().notifyFinished();
 }
 
-Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(const Op& op) {
+Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   const coll::GroupView& g = group_;
   HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(op.args, g, forcedAlgo_));
+  op.predictedUs = sel.predictedUs;
   const coll::Algorithm* algo = sel.algo;
   if (op.args.kind == coll::CollKind::kSendRecv) {
     HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(op.args, g));
@@ -600,8 +595,33 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
     });
   }
   currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
+  currentStartSec_ = nowSec();
   op->state.store(Op::kRunning, std::memory_order_release);
   return okStatus();
+}
+
+// Collectives of 1 MiB or more (where the link figures, not latency, set the time) that take under a third or
+// over three times their prediction, three in a row, mean the cached figures describe another machine state (a
+// probe taken under load, say): the cache goes, and the next communicator measures again.
+void Communicator::checkPrediction(const Op& op, double seconds) {
+  constexpr size_t kMinBytes = 1 << 20;
+  constexpr double kMargin = 3;
+  constexpr int kStrikes = 3;
+  if (rank_ != 0 || probeCacheFile_.empty() || op.args.kind == coll::CollKind::kSendRecv || op.predictedUs <= 0 ||
+      op.args.count * kernels::sizeOf(op.args.dtype) < kMinBytes)
+    return;
+  const double ratio = seconds * 1e6 / op.predictedUs;
+  if (ratio > 1 / kMargin && ratio < kMargin) {
+    contradictions_ = 0;
+    return;
+  }
+  if (++contradictions_ < kStrikes) return;
+  Status st = dropProbeCache(probeCacheFile_);
+  HC_WARN("%s took %.0f us against the %.0f us predicted from the link figures cached in %s, %d times in a row: "
+          "%s; the next communicator init measures the links again",
+          op.args.describe().c_str(), seconds * 1e6, op.predictedUs, probeCacheFile_.c_str(), kStrikes,
+          st.ok() ? "dropped the cache" : std::string(st.message()).c_str());
+  probeCacheFile_.clear();
 }
 
 bool Communicator::progressOnce() {
@@ -670,6 +690,7 @@ bool Communicator::progressOnce() {
   }
   if (*done) {
     auto finished = std::move(current_);
+    checkPrediction(*finished, nowSec() - currentStartSec_);
     exec_.reset();
     currentDeadline_ = Deadline::never();
     setBusy(false);

@@ -16,6 +16,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/executor.h"
 #include "comm/bootstrap/store.h"
+#include "comm/link_probe.h"
 #include "comm/op.h"
 #include "comm/transport_select.h"
 #include "comm/unique_id.h"
@@ -105,12 +106,15 @@ class Communicator {
   void logAlgorithmTable() const;
   void logTransportChoices() const;
   coll::GroupView groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const;
+  // Rank 0: a finished collective's time against its prediction; figures from the probe cache that collectives
+  // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
+  void checkPrediction(const Op& op, double seconds);
   Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
                     Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);
-  Result<std::shared_ptr<const coll::Schedule>> planFor(const Op& op);
+  Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);  // and sets op.predictedUs
   std::string keyPrefix() const;
   std::vector<std::byte> descriptor(const Op& op) const;
   Status checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const;
@@ -131,6 +135,8 @@ class Communicator {
   coll::GroupView group_;                             // what planners see: late receives, hosts, islands, links
   std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
+  std::vector<MemoryRates> memoryRates_;              // per host (probed), for the cost model's memory terms
+  std::string probeCacheFile_;                        // the cache the link figures came from, if they did
   bool attached_ = false;
   bool hostsStore_ = false;
 
@@ -157,6 +163,8 @@ class Communicator {
   std::unordered_map<std::string, std::shared_ptr<const coll::Schedule>> plans_;
   std::string forcedAlgo_;
   size_t chunkBytes_ = 0;
+  double currentStartSec_ = 0;
+  int contradictions_ = 0;  // consecutive collectives far off their prediction (checkPrediction)
 };
 
 }  // namespace hetcomm::comm

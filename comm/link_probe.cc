@@ -1,8 +1,9 @@
 #include "comm/link_probe.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <poll.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,12 +11,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "kernels/reduce.h"
 
 namespace hetcomm::comm {
 
@@ -31,7 +35,10 @@ constexpr uint64_t kStreamTag = 0xfffffff2ull << 32, kAckTag = 0xfffffff3ull << 
 constexpr int kWarmPings = 3, kPings = 20;
 constexpr int kShortStream = 2, kLongStream = 10;  // messages per bandwidth stream (see bandwidth())
 constexpr size_t kMinMsgBytes = 64 << 10, kMaxMsgBytes = 1 << 20;
-constexpr const char* kCacheMagic = "hetcomm-probe 1";
+constexpr const char* kCacheMagic = "hetcomm-probe 2";  // 2: same-host streams out of cache
+constexpr const char* kMemCacheMagic = "hetcomm-memory 1";
+// A repeat that differs by more than this is not trusted enough to cache.
+constexpr double kBwRepeatTolerance = 0.25, kAlphaRepeatRatio = 2.0, kMemRepeatTolerance = 0.2;
 
 // About a millisecond of the class's nominal bandwidth per message, so a stream takes ~10 ms whatever the link.
 size_t streamMessageBytes(const topo::Link& nominal) {
@@ -78,8 +85,20 @@ Status waitAll(const ProbeContext& ctx, std::vector<transport::Request*> reqs, c
   return okStatus();
 }
 
-// Ping-pong of 8-byte messages; returns the median one-way time in microseconds.
-Result<double> pingPong(const ProbeContext& ctx, transport::Connection* c, bool initiator) {
+// A measurement and whether it agreed with its own repeat.
+struct Figure {
+  double value = 0;
+  bool agreed = true;
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+// Ping-pong of 8-byte messages; the median one-way time in microseconds, agreed when the medians of the two halves
+// are within kAlphaRepeatRatio of each other.
+Result<Figure> pingPong(const ProbeContext& ctx, transport::Connection* c, bool initiator) {
   std::byte out[8]{}, in[8]{};
   std::vector<double> rtts;
   for (int k = 0; k < kWarmPings + kPings; ++k) {
@@ -97,14 +116,35 @@ Result<double> pingPong(const ProbeContext& ctx, transport::Connection* c, bool 
       HC_TRY(waitAll(ctx, {&s}, "a pong to be sent"));
     }
   }
-  if (!initiator) return 0.0;
-  std::nth_element(rtts.begin(), rtts.begin() + rtts.size() / 2, rtts.end());
-  return rtts[rtts.size() / 2] / 2 * 1e6;
+  if (!initiator) return Figure{};
+  const size_t half = rtts.size() / 2;
+  const double a = median({rtts.begin(), rtts.begin() + half}), b = median({rtts.begin() + half, rtts.end()});
+  return Figure{median(rtts) / 2 * 1e6, std::max(a, b) <= kAlphaRepeatRatio * std::min(a, b)};
 }
+
+// Where a stream's messages come from and land. Between ranks of one host the link is memory itself: messages
+// then walk through a region larger than the caches, as a large collective's do, instead of reusing one buffer that
+// stays in cache and flatters the link several times over.
+struct StreamBuffer {
+  StreamBuffer(size_t msgBytes, bool outOfCache)
+      : region(outOfCache ? std::max(kOutOfCacheBytes, msgBytes) : msgBytes), msg(msgBytes) {}
+  std::span<std::byte> take() {
+    if (next + msg > region.size()) next = 0;
+    std::span<std::byte> out(region.data() + next, msg);
+    next += msg;
+    return out;
+  }
+  static constexpr size_t kOutOfCacheBytes = 16 << 20;
+  // Messages to send before timing: enough to walk the whole region once (memory touched for the first time by a
+  // peer's copy is several times slower than memory in use, as a collective's buffers are when it repeats).
+  int warmMessages(int atLeast) const { return std::max<int>(atLeast, static_cast<int>(region.size() / msg)); }
+  std::vector<std::byte> region;
+  size_t msg, next = 0;
+};
 
 // One stream: the initiator sends `count` messages and waits for the receiver's one-byte ack after the last;
 // returns the initiator's elapsed seconds (0 on the receiver). tagBase keeps streams apart.
-Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool initiator, std::vector<std::byte>& buf,
+Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool initiator, StreamBuffer& buf,
                       int count, uint64_t tagBase) {
   std::byte ack[1]{};
   std::vector<transport::Request> reqs(count);
@@ -114,12 +154,12 @@ Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool in
   if (initiator) {
     const double t0 = nowSec();
     HC_TRY(c->irecv(ackReq, ack, kAckTag | tagBase));
-    for (int k = 0; k < count; ++k) HC_TRY(c->isend(reqs[k], buf, kStreamTag | tagBase | k));
+    for (int k = 0; k < count; ++k) HC_TRY(c->isend(reqs[k], buf.take(), kStreamTag | tagBase | k));
     HC_TRY(waitAll(ctx, all, "a probe stream to be received"));
     return nowSec() - t0;
   }
-  // Every receive lands in the same buffer: the bytes are not looked at, only their arrival.
-  for (int k = 0; k < count; ++k) HC_TRY(c->irecv(reqs[k], buf, kStreamTag | tagBase | k));
+  // The bytes are not looked at, only their arrival.
+  for (int k = 0; k < count; ++k) HC_TRY(c->irecv(reqs[k], buf.take(), kStreamTag | tagBase | k));
   all.erase(all.begin());
   HC_TRY(waitAll(ctx, all, "a probe stream"));
   HC_TRY(c->isend(ackReq, ack, kAckTag | tagBase));
@@ -128,17 +168,26 @@ Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool in
 }
 
 // Bandwidth from the difference of a short and a long stream, so latency, the ack and per-stream costs cancel.
-// A first short stream fills the pipe and empties a shaper's burst bucket (an emulated NIC's tbf), which would
-// otherwise flatter the link; both timed streams then start from the same state. GB/s on the initiator, 0 on
-// the receiver and when the difference is too small to time.
-Result<double> bandwidth(const ProbeContext& ctx, transport::Connection* c, bool initiator, size_t msgBytes) {
-  std::vector<std::byte> buf(msgBytes);
-  HC_ASSIGN_OR_RETURN(double warm, stream(ctx, c, initiator, buf, kShortStream, 0ull << 16));
+// Between ranks of one host the messages walk through memory out of cache (StreamBuffer).
+// A first stream fills the pipe and empties a shaper's burst bucket (an emulated NIC's tbf), which would otherwise
+// flatter the link, and walks the region once (StreamBuffer); the timed streams then start from the same state.
+// Short and long streams run twice each, alternating; the quicker of each pair counts, and the figure is agreed
+// when the two long ones are within kBwRepeatTolerance. GB/s on the initiator, 0 on the receiver and when the
+// difference is too small to time.
+Result<Figure> bandwidth(const ProbeContext& ctx, transport::Connection* c, bool initiator, size_t msgBytes,
+                         bool sameHost) {
+  StreamBuffer buf(msgBytes, sameHost);
+  HC_ASSIGN_OR_RETURN(double warm, stream(ctx, c, initiator, buf, buf.warmMessages(kShortStream), 0ull << 16));
   (void)warm;  // fills the pipe only
-  HC_ASSIGN_OR_RETURN(double shortS, stream(ctx, c, initiator, buf, kShortStream, 1ull << 16));
-  HC_ASSIGN_OR_RETURN(double longS, stream(ctx, c, initiator, buf, kLongStream, 2ull << 16));
-  if (!initiator || longS - shortS < 20e-6) return 0.0;
-  return static_cast<double>(kLongStream - kShortStream) * msgBytes / (longS - shortS) / 1e9;
+  HC_ASSIGN_OR_RETURN(double shortA, stream(ctx, c, initiator, buf, kShortStream, 1ull << 16));
+  HC_ASSIGN_OR_RETURN(double longA, stream(ctx, c, initiator, buf, kLongStream, 2ull << 16));
+  HC_ASSIGN_OR_RETURN(double shortB, stream(ctx, c, initiator, buf, kShortStream, 3ull << 16));
+  HC_ASSIGN_OR_RETURN(double longB, stream(ctx, c, initiator, buf, kLongStream, 4ull << 16));
+  // The quicker of each pair: a hiccup only ever adds time.
+  const double shortS = std::min(shortA, shortB), longS = std::min(longA, longB);
+  if (!initiator || longS - shortS < 20e-6) return Figure{};
+  const double bytes = static_cast<double>(kLongStream - kShortStream) * static_cast<double>(msgBytes);
+  return Figure{bytes / (longS - shortS) / 1e9, std::max(longA, longB) <= std::min(longA, longB) / (1 - kBwRepeatTolerance)};
 }
 
 std::string defaultCacheDir() {
@@ -176,9 +225,178 @@ LinkClassProbe classOf(const topo::ClusterView& view, const topo::LinkMatrix& li
   return c;
 }
 
+// Seconds of CPU this thread has had.
+double threadCpuSec() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+bool ensureDir(const std::string& dir, Status* st) {
+  for (size_t at = 1; at <= dir.size(); ++at)
+    if (at == dir.size() || dir[at] == '/') {
+      const std::string part = dir.substr(0, at);
+      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
+        *st = errnoStatus(errno, "link probe: cannot create the cache directory %s", part.c_str());
+        return false;
+      }
+    }
+  return true;
+}
+
+// Writes text to path atomically (a temporary file, then rename).
+Status writeAtomically(const std::string& path, const std::string& text) {
+  Status st;
+  if (!ensureDir(path.substr(0, path.rfind('/')), &st)) return st;
+  const std::string tmp = format("%s.tmp.%d", path.c_str(), static_cast<int>(getpid()));
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errnoStatus(errno, "link probe: cannot write the cache file %s", tmp.c_str());
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return errnoStatus(ok ? errno : err, "link probe: cannot write the cache file %s", path.c_str());
+  }
+  return okStatus();
+}
+
+std::string cacheDir() {
+  std::string dir = probeCacheDir().empty() ? defaultCacheDir() : probeCacheDir();
+  return dir == "off" ? "" : dir;
+}
+
 }  // namespace
 
 bool probeEnabled() { return probeMode() != 0; }
+
+ForeignLoad::ForeignLoad(std::vector<int> ourPids) : pids_(std::move(ourPids)), start_(sample()) {}
+
+ForeignLoad::Sample ForeignLoad::sample() const {
+  static const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  Sample s;
+  s.wall = nowSec();
+  std::ifstream stat("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (stat >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
+    s.busy = (user + nice + system + irq + softirq + steal) / tick;
+  for (int pid : pids_) {
+    std::ifstream ps(format("/proc/%d/stat", pid));
+    std::string line;
+    if (!std::getline(ps, line)) continue;
+    // Fields after the command (in parentheses, which may hold spaces): state is field 3, utime 14, stime 15.
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int f = 3; f <= 15 && rest >> field; ++f) {
+      if (f == 14) utime = std::strtod(field.c_str(), nullptr);
+      if (f == 15) stime = std::strtod(field.c_str(), nullptr);
+    }
+    s.ours += (utime + stime) / tick;
+  }
+  return s;
+}
+
+double ForeignLoad::cpus() const {
+  const Sample now = sample();
+  const double wall = now.wall - start_.wall;
+  if (wall <= 0) return 0;
+  return std::max(0.0, (now.busy - start_.busy) - (now.ours - start_.ours)) / wall;
+}
+
+bool ForeignLoad::busy(std::string* why) const {
+  const double c = cpus();
+  if (c < 0.5) return false;
+  if (why) *why = format("other processes used %.1f CPUs meanwhile", c);
+  return true;
+}
+
+Status dropProbeCache(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+    return errnoStatus(errno, "link probe: cannot remove the cache file %s", path.c_str());
+  return okStatus();
+}
+
+MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t bufferBytes) {
+  MemoryRates out;
+  const ForeignLoad load(ourPids);
+  const size_t count = bufferBytes / 4;
+  auto a = std::make_unique<float[]>(count), b = std::make_unique<float[]>(count), c = std::make_unique<float[]>(count);
+  for (size_t i = 0; i < count; ++i) a[i] = b[i] = c[i] = 1.0f;  // touch every page before timing
+  constexpr int kReps = 3;
+  std::vector<double> copyS, reduceS;
+  const double wall0 = nowSec(), cpu0 = threadCpuSec();
+  for (int r = 0; r < kReps; ++r) {
+    double t0 = nowSec();
+    std::memcpy(a.get(), b.get(), bufferBytes);
+    copyS.push_back(nowSec() - t0);
+    t0 = nowSec();
+    kernels::reduce(a.get(), b.get(), c.get(), count, kernels::DataType::kFloat32, kernels::RedOp::kSum);
+    reduceS.push_back(nowSec() - t0);
+  }
+  const double wall = nowSec() - wall0, cpu = threadCpuSec() - cpu0;
+  std::sort(copyS.begin(), copyS.end());
+  std::sort(reduceS.begin(), reduceS.end());
+  out.memcpyGBps = static_cast<double>(bufferBytes) / copyS[0] / 1e9;
+  out.reduceGBps = static_cast<double>(bufferBytes) / reduceS[0] / 1e9;
+  out.trusted = true;
+  if (cpu < 0.9 * wall) {
+    out.trusted = false;
+    out.why = format("the thread ran %.0f %% of the time", 100 * cpu / wall);
+  } else if (copyS[1] > copyS[0] / (1 - kMemRepeatTolerance) || reduceS[1] > reduceS[0] / (1 - kMemRepeatTolerance)) {
+    out.trusted = false;
+    out.why = "repeats disagreed";
+  } else if (std::string busy; load.busy(&busy)) {
+    out.trusted = false;
+    out.why = busy;
+  }
+  return out;
+}
+
+Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const topo::ClusterView& view) {
+  const int host = view.hostOf(ctx.rank);
+  std::string mine;
+  if (view.localRank(ctx.rank) == 0) {
+    const std::string dir = probeMode() == 1 || probeMode() == 2 ? cacheDir() : "";
+    const std::string path =
+        dir.empty() ? "" : format("%s/memory-%016llx.txt", dir.c_str(), (unsigned long long)fnv1a(view.hosts()[host].id));
+    MemoryRates r;
+    std::ifstream in(path);
+    std::string magic;
+    if (probeMode() == 1 && !path.empty() && std::getline(in, magic) && magic == kMemCacheMagic &&
+        (in >> r.memcpyGBps >> r.reduceGBps) && r.memcpyGBps > 0 && r.reduceGBps > 0 && std::isfinite(r.memcpyGBps) &&
+        std::isfinite(r.reduceGBps)) {
+      HC_TRACE(Init, "memory rates of %s from cache %s", view.hosts()[host].name.c_str(), path.c_str());
+    } else {
+      r = measureMemoryRates(ctx.localPids);
+      HC_INFO(Init, "memory rates of host %s: memcpy %.2f GB/s, reduce %.2f GB/s%s", view.hosts()[host].name.c_str(),
+              r.memcpyGBps, r.reduceGBps, r.trusted ? "" : (" (not cached: " + r.why + ")").c_str());
+      if (r.trusted && !path.empty()) {
+        Status st = writeAtomically(path, format("%s\n%.17g %.17g\n", kMemCacheMagic, r.memcpyGBps, r.reduceGBps));
+        if (!st.ok()) HC_INFO(Init, "%s", std::string(st.message()).c_str());
+      }
+    }
+    mine = format("%.17g %.17g", r.memcpyGBps, r.reduceGBps);
+  }
+  HC_ASSIGN_OR_RETURN(auto all, ctx.store->allGather(ctx.keyPrefix + "/memory-rates", ctx.rank, ctx.nranks,
+                                                     std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
+                                                                            reinterpret_cast<const std::byte*>(mine.data()) + mine.size()),
+                                                     ctx.deadline));
+  std::vector<MemoryRates> rates(view.nhosts());
+  for (int h = 0; h < view.nhosts(); ++h) {
+    const int first = view.hosts()[h].ranks.front();
+    std::istringstream in(std::string(reinterpret_cast<const char*>(all[first].data()), all[first].size()));
+    MemoryRates& r = rates[h];
+    if (!(in >> r.memcpyGBps >> r.reduceGBps) || !(r.memcpyGBps > 0) || !(r.reduceGBps > 0) ||
+        !std::isfinite(r.memcpyGBps) || !std::isfinite(r.reduceGBps))
+      return remoteError("memory probe: rank %d sent malformed rates for host %s", first, view.hosts()[h].name.c_str());
+    r.trusted = true;
+  }
+  return rates;
+}
 
 std::vector<LinkClassProbe> linkClasses(const topo::ClusterView& view, const topo::LinkMatrix& links,
                                         const std::function<transport::Kind(int, int)>& kindOf) {
@@ -199,8 +417,8 @@ std::vector<LinkClassProbe> linkClasses(const topo::ClusterView& view, const top
 }
 
 std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes) {
-  std::string dir = probeCacheDir().empty() ? defaultCacheDir() : probeCacheDir();
-  if (dir.empty() || dir == "off") return "";
+  const std::string dir = cacheDir();
+  if (dir.empty()) return "";
   std::vector<std::string> hosts;
   for (const auto& h : view.hosts()) hosts.push_back(h.id);
   std::sort(hosts.begin(), hosts.end());
@@ -233,31 +451,14 @@ bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classe
 }
 
 Status writeProbeCache(const std::string& path, const std::vector<LinkClassProbe>& classes) {
-  const std::string dir = path.substr(0, path.rfind('/'));
-  // mkdir -p, one level at a time.
-  for (size_t at = 1; at <= dir.size(); ++at)
-    if (at == dir.size() || dir[at] == '/') {
-      const std::string part = dir.substr(0, at);
-      if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-        return errnoStatus(errno, "link probe: cannot create the cache directory %s", part.c_str());
-    }
   std::string text = std::string(kCacheMagic) + "\n";
   for (const auto& c : classes) text += format("%s\t%.17g\t%.17g\n", c.key.c_str(), c.alphaUs, c.bwGBps);
-  const std::string tmp = format("%s.tmp.%d", path.c_str(), static_cast<int>(getpid()));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errnoStatus(errno, "link probe: cannot write the cache file %s", tmp.c_str());
-  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-  const int err = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return errnoStatus(ok ? errno : err, "link probe: cannot write the cache file %s", path.c_str());
-  }
-  return okStatus();
+  return writeAtomically(path, text);
 }
 
 Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, std::vector<LinkClassProbe>& classes,
-                        std::string* source) {
+                        std::string* source, std::string* cacheFile) {
+  if (cacheFile) cacheFile->clear();
   const double start = nowSec();
   const std::string cache = probeMode() == 1 ? probeCacheFile(view, classes) : "";
   // Rank 0 decides hit or miss for everyone, so all ranks take the same path even if their files differ.
@@ -268,11 +469,14 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
   if (!all[0].empty()) {
     HC_TRY(decodeValues(all[0], classes));
     *source = "cache " + cache;
+    if (cacheFile) *cacheFile = cache;
     return okStatus();
   }
 
   // One class at a time, everyone waiting at a barrier between them.
-  std::vector<std::string> mine;  // "index alpha bw" from each class's initiator
+  std::vector<std::string> mine;  // "index alpha bw trusted" from each class's initiator
+  std::string distrust;           // why some figure of this rank's must not be cached
+  const ForeignLoad load(ctx.localPids);
   for (size_t i = 0; i < classes.size(); ++i) {
     LinkClassProbe& c = classes[i];
     HC_TRY(ctx.store->barrier(ctx.keyPrefix + format("/probe%zu", i), ctx.nranks, ctx.deadline));
@@ -280,11 +484,16 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
     const bool initiator = ctx.rank == c.a;
     transport::Connection* conn = ctx.conns[initiator ? c.b : c.a];
     if (!conn) return internalError("link probe: rank %d has no connection to rank %d", ctx.rank, initiator ? c.b : c.a);
-    HC_ASSIGN_OR_RETURN(double alpha, pingPong(ctx, conn, initiator));
-    HC_ASSIGN_OR_RETURN(double bw, bandwidth(ctx, conn, initiator, c.streamMsgBytes));
-    if (initiator) mine.push_back(format("%zu %.17g %.17g", i, alpha, bw));
+    HC_ASSIGN_OR_RETURN(Figure alpha, pingPong(ctx, conn, initiator));
+    HC_ASSIGN_OR_RETURN(Figure bw,
+                        bandwidth(ctx, conn, initiator, c.streamMsgBytes, c.cls == topo::LinkClass::kSameHost));
+    if (!initiator) continue;
+    if ((!alpha.agreed || !bw.agreed) && distrust.empty())
+      distrust = format("%s: the %s disagreed with its repeat", c.key.c_str(), bw.agreed ? "latency" : "bandwidth");
+    mine.push_back(format("%zu %.17g %.17g", i, alpha.value, bw.value));
   }
-  std::string text;
+  if (std::string busy; distrust.empty() && load.busy(&busy)) distrust = "while rank " + std::to_string(ctx.rank) + " measured, " + busy;
+  std::string text = distrust.empty() ? "-\n" : distrust + "\n";
   for (const auto& m : mine) text += m + "\n";
   HC_ASSIGN_OR_RETURN(all, ctx.store->allGather(ctx.keyPrefix + "/probe-results", ctx.rank, ctx.nranks,
                                                 std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
@@ -292,8 +501,12 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
                                                                            text.size()),
                                                 ctx.deadline));
   for (auto& c : classes) c.alphaUs = c.bwGBps = 0;
+  std::string notCached;
   for (int r = 0; r < ctx.nranks; ++r) {
     std::istringstream in(std::string(reinterpret_cast<const char*>(all[r].data()), all[r].size()));
+    std::string why;
+    std::getline(in, why);
+    if (why != "-" && notCached.empty()) notCached = why;
     size_t idx;
     double alpha, bw;
     while (in >> idx >> alpha >> bw) {
@@ -304,6 +517,10 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
     }
   }
   *source = format("measured in %.0f ms", (nowSec() - start) * 1e3);
+  if (!notCached.empty()) {
+    *source += ", not cached: " + notCached;
+    return okStatus();
+  }
   if (ctx.rank == 0 && !cache.empty()) {
     Status st = writeProbeCache(cache, classes);
     if (!st.ok()) HC_INFO(Init, "%s: later inits will probe again", std::string(st.message()).c_str());

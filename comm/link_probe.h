@@ -11,6 +11,15 @@
 // link. Results are cached per cluster (HETCOMM_PROBE_CACHE, a directory), so later communicators of the same
 // cluster, splits included, start at once. HETCOMM_PROBE=0 skips the probe; HETCOMM_PROBE=2 measures again and
 // rewrites the cache.
+//
+// A cached figure must not mislead every later run, so a figure is cached only when it can be trusted: it
+// agreed with its own repeat (two long streams within 25 %, two halves of the ping-pong within 2x) and the
+// machine was not busy with other work while it was taken (ForeignLoad). Otherwise it serves this communicator only. A communicator
+// whose collectives contradict cached figures by a wide margin drops the cache (Communicator), and the next init
+// measures again.
+//
+// The same goes for each host's memory rates (probeMemoryRates): what one rank copies and reduces per second out
+// of cache, which the cost model charges for the copies and reductions a schedule makes.
 #pragma once
 
 #include <functional>
@@ -56,12 +65,47 @@ struct ProbeContext {
   std::vector<transport::Connection*> conns;
   std::vector<transport::Transport*> transports;
   Deadline deadline = Deadline::never();
+  std::vector<int> localPids;  // the processes of this job on this machine (ForeignLoad)
 };
 
 // Measures (or loads from the cache) every class, on every rank together, and writes the results into the
-// classes. "source" says where they came from ("measured in 42 ms", "cache /path"). Collective over the ranks.
+// classes. "source" says where they came from ("measured in 42 ms", "cache /path", "measured in 40 ms, not
+// cached: ..."); *cacheFile, when the figures came from the cache, names it (else empty). Collective.
 Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, std::vector<LinkClassProbe>& classes,
-                        std::string* source);
+                        std::string* source, std::string* cacheFile = nullptr);
+
+// One host's memory rates, GB/s of output: memcpy, and a float32 sum of two inputs, over buffers larger than the
+// caches. trusted: the repeats agreed and the thread was not held off the CPU while timing.
+struct MemoryRates {
+  double memcpyGBps = 0, reduceGBps = 0;
+  bool trusted = false;
+  std::string why;  // when not trusted
+};
+MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t bufferBytes = 32 << 20);
+// Every host's rates, in the view's host order: each host's first rank measures (or reads its host's cache),
+// then every rank learns them all. Collective over the ranks.
+Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const topo::ClusterView& view);
+
+// CPU spent on this machine by anything but our own ranks, from when it is made until busy() is asked: the
+// machine's busy and stolen time (/proc/stat) less our ranks' (/proc/PID/stat). A figure taken while others used
+// half a CPU or more describes the load, not the link.
+class ForeignLoad {
+ public:
+  explicit ForeignLoad(std::vector<int> ourPids);
+  double cpus() const;  // average foreign CPUs over the window
+  bool busy(std::string* why) const;
+
+ private:
+  struct Sample {
+    double wall = 0, busy = 0, ours = 0;
+  };
+  Sample sample() const;
+  std::vector<int> pids_;
+  Sample start_;
+};
+
+// Forgets a cache file (a communicator found it contradicted); an error says why it could not.
+Status dropProbeCache(const std::string& path);
 
 // Applies the results to every pair of each class, both directions.
 Status applyProbe(const std::vector<LinkClassProbe>& classes, const topo::ClusterView& view,

@@ -26,6 +26,7 @@ struct Op {
   Stream* stream = nullptr;   // nullptr: the caller waits for it
   std::shared_ptr<Op> after;  // the previous op of the same stream: runs first
   uint64_t seq = 0;           // collective sequence number on comm (0 for point-to-point)
+  double predictedUs = 0;     // the cost model's time for the algorithm that runs it (set when planned)
 
   std::atomic<int> state{kQueued};
   Status error;  // written before state becomes kFailed

@@ -2,6 +2,7 @@
 
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 
 #include "common/strings.h"
@@ -131,6 +132,54 @@ Result<ClusterSpec> parseSpec(const json& doc) {
 }
 
 }  // namespace
+
+std::string clusterSpecJson(const ClusterSpec& spec) {
+  json hosts = json::array();
+  for (const auto& h : spec.hosts) {
+    json nics = json::array();
+    for (const auto& n : h.nics)
+      nics.push_back({{"name", n.name}, {"kind", nicKindName(n.kind)}, {"rateMbps", n.rateMbps}, {"fabric", n.fabric}});
+    hosts.push_back({{"name", h.name}, {"ranks", h.ranks}, {"nics", nics}});
+  }
+  json doc = {{"name", spec.name}, {"hosts", hosts}};
+  if (!spec.description.empty()) doc["description"] = spec.description;
+  return doc.dump(1) + "\n";
+}
+
+ClusterSpec randomClusterSpec(uint64_t seed, const RandomClusterLimits& lim) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&](int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(rng() % static_cast<uint64_t>(std::max<int64_t>(1, hi - lo + 1)));
+  };
+  ClusterSpec spec;
+  spec.name = format("random-%llu", static_cast<unsigned long long>(seed));
+  const int nh = std::max(2, static_cast<int>(uniform(lim.minHosts, lim.maxHosts)));  // a fabric joins two hosts
+  for (int h = 0; h < nh; ++h)
+    spec.hosts.push_back({format("h%d", h), static_cast<int>(uniform(lim.minRanksPerHost, lim.maxRanksPerHost)), {}});
+  // Fabric 0 joins every host (a site network: every pair of hosts reaches each other, as the communicator needs);
+  // the others join random subsets of two hosts or more.
+  const NicKind kinds[] = {NicKind::kIb, NicKind::kRoce, NicKind::kEth};
+  const int fabrics = static_cast<int>(uniform(lim.minFabrics, lim.maxFabrics));
+  for (int f = 0; f < fabrics; ++f) {
+    const NicKind kind = f == 0 ? NicKind::kEth : kinds[uniform(0, 2)];
+    std::vector<int> members;
+    for (int h = 0; h < nh; ++h)
+      if (f == 0 || uniform(0, 1)) members.push_back(h);
+    while (members.size() < 2) {
+      const int h = static_cast<int>(uniform(0, nh - 1));
+      if (std::find(members.begin(), members.end(), h) == members.end()) members.push_back(h);
+    }
+    std::sort(members.begin(), members.end());
+    const std::string fabric = format("%s%d", nicKindName(kind), f);
+    for (int h : members) {
+      const uint64_t rate = static_cast<uint64_t>(uniform(static_cast<int64_t>(lim.minRateMbps / 10),
+                                                          static_cast<int64_t>(lim.maxRateMbps / 10))) * 10;
+      spec.hosts[h].nics.push_back({format("n%d", f), kind, rate, fabric});
+    }
+  }
+  spec.description = format("drawn by randomClusterSpec from seed %llu", static_cast<unsigned long long>(seed));
+  return spec;
+}
 
 Result<ClusterSpec> loadClusterSpec(const std::string& path) {
   HC_ASSIGN_OR_RETURN(std::string text, readTextFile(path));

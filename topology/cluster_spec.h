@@ -42,5 +42,19 @@ struct ClusterSpec {
 
 Result<ClusterSpec> parseClusterSpec(std::string_view text, const std::string& source);
 Result<ClusterSpec> loadClusterSpec(const std::string& path);
+// Pretty-printed JSON that parseClusterSpec reads back.
+std::string clusterSpecJson(const ClusterSpec& spec);
+
+// A random valid cluster from a seed (the same on every machine): hosts, ranks per host, fabrics and rates drawn
+// uniformly within the limits. The first fabric is an Ethernet joining every host, so that every pair of hosts
+// reaches each other as a communicator needs; each other fabric has a random kind (ib, roce or eth) and joins a
+// random subset of two hosts or more. Each NIC gets its own rate.
+struct RandomClusterLimits {
+  int minHosts = 2, maxHosts = 8;
+  int minRanksPerHost = 1, maxRanksPerHost = 4;
+  int minFabrics = 1, maxFabrics = 3;
+  uint64_t minRateMbps = 100, maxRateMbps = 2000;
+};
+ClusterSpec randomClusterSpec(uint64_t seed, const RandomClusterLimits& limits = {});
 
 }  // namespace hetcomm::topo

@@ -4,6 +4,8 @@
 #include <map>
 
 #include "common/strings.h"
+#include "topology/cluster.h"
+#include "topology/link_matrix.h"
 
 namespace hetcomm::topo {
 namespace {
@@ -78,7 +80,15 @@ LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool 
   const LinkMatrix nominal = LinkMatrix::nominal(view, multiRail);
   const std::vector<double> eff = fabricEfficiency(view, links, nominal);
   for (const Fabric& f : view.fabrics()) g.fabrics.push_back(f.name);
-  for (int r = 0; r < view.nranks(); ++r) g.hostOfRank.push_back(view.hostOf(r));
+  const int n = view.nranks();
+  for (int r = 0; r < n; ++r) g.hostOfRank.push_back(view.hostOf(r));
+  g.alphaUs.resize(static_cast<size_t>(n) * n);
+  g.bwGBps.resize(static_cast<size_t>(n) * n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      g.alphaUs[static_cast<size_t>(i) * n + j] = links.at(i, j).alphaUs;
+      g.bwGBps[static_cast<size_t>(i) * n + j] = links.at(i, j).bwGBps > 0 ? links.at(i, j).bwGBps : kNoneBwGBps;
+    }
   for (int h = 0; h < nh; ++h) {
     const Host& host = view.hosts()[h];
     LinkGraph::HostNode node;

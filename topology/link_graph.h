@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "topology/cluster.h"
-#include "topology/link_matrix.h"
-
 namespace hetcomm::topo {
+
+class ClusterView;
+class LinkMatrix;
 
 struct LinkGraph {
   struct HostNode {
@@ -23,6 +23,9 @@ struct LinkGraph {
     int island = 0;          // ClusterView::islandOfHost: hosts joined by an RDMA fabric
     double memGBps = 0;      // a rank to or from the host's memory (the same-host link), GB/s
     int cores = 0;           // physical cores; 0 unknown
+    // What one rank of the host copies and reduces (float sum, out of cache) per second alone, GB/s of output;
+    // 0 unknown (the cost model then assumes typical figures).
+    double memcpyGBps = 0, reduceGBps = 0;
   };
   // One NIC of a host on a fabric: what it carries each way (full duplex), GB/s.
   struct Port {
@@ -42,6 +45,8 @@ struct LinkGraph {
   std::vector<Port> ports;
   std::vector<std::string> fabrics;  // names, by index
   std::vector<int> hostOfRank;
+  // Per ordered rank pair, row major: the link matrix's alpha (us) and bandwidth (GB/s), nominal or measured.
+  std::vector<double> alphaUs, bwGBps;
   // routes[a * hosts + b]: the rails a message from host a to host b crosses; empty for a == b and for hosts
   // that share no fabric (routed IP, whose path nothing here can see).
   std::vector<std::vector<Rail>> routes;
@@ -57,7 +62,7 @@ struct LinkGraph {
   std::string describe() const;
 };
 
-// From the cluster view and the link matrix. A port's rate is its NIC's nominal rate scaled by what the probe
+// From the cluster view and the link matrix (topology/cluster.h, link_matrix.h). A port's rate is its NIC's nominal rate scaled by what the probe
 // measured on that fabric (measured over nominal, median over the measured pairs on it); a host's memory rate is
 // its same-host link. multiRail: pairs stripe over every fabric of their best kind (ClusterView::railFabrics),
 // in proportion to the rates; otherwise they use the best fabric alone.

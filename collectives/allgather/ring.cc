@@ -9,18 +9,16 @@ namespace {
 class RingAllGather final : public Algorithm {
  public:
   std::string_view name() const override { return "ring"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllGather; }
+  CollKind kind() const override { return CollKind::kAllGather; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     const std::vector<int> order = g.nicAwareOrder();
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
-    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) + worstMemoryUs(g, a.inPlace ? 0 : bytes, 0);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     copyUnlessSame(s, {Buf::kRecv, g.rank * bytes, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
     if (g.nranks == 1) return s;

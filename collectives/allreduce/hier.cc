@@ -19,17 +19,12 @@ namespace {
 
 constexpr size_t kMaxPieces = 64;
 
-class HierAllReduce final : public Algorithm {
+class HierAllReduce final : public HierAlgorithm {
  public:
-  std::string_view name() const override { return "hier"; }
-  bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kAllReduce && g.nranks > 2 && hierarchyOf(g).has_value();
-  }
+  CollKind kind() const override { return CollKind::kAllReduce; }
 
   // Each level moves 2(n-1)/n of what reaches it, in 2(n-1) messages per piece.
-  double estimateUs(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return 1e30;
+  double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
     const size_t total = a.count * kernels::sizeOf(a.dtype);
     const double pieces = static_cast<double>(piecesFor(total, g.chunkBytes, kMaxPieces));
     double reaching = static_cast<double>(total);
@@ -44,16 +39,13 @@ class HierAllReduce final : public Algorithm {
       passes.push_back({l, 0.5});
     }
     for (size_t l = L; l-- > 0;) passes.push_back({l, 0.5});
-    return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes);
+    // Each level's reduce-scatter reduces (n-1)/n of what reaches it.
+    double reduced = 0;
+    for (size_t l = 0; l < L; ++l) reduced += bytes[l] / 2;
+    return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes) + worstMemoryUs(g, 0, reduced);
   }
 
-  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+  Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype);
     const std::vector<Level>* levels = &h->levels;
     const size_t P = piecesFor(a.count * esz, g.chunkBytes, kMaxPieces);

@@ -22,9 +22,8 @@ int largestPowerOfTwo(int n) {
 class RecursiveDoublingAllReduce final : public Algorithm {
  public:
   std::string_view name() const override { return "rd"; }
-  bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kAllReduce && g.nranks > 1;
-  }
+  CollKind kind() const override { return CollKind::kAllReduce; }
+  bool applies(const Args&, const GroupView& g) const override { return g.nranks > 1; }
 
   // Each step is paced by its slowest pair. The ranks of a host whose partners are all off the host at once, over
   // the same kind of link (within their island, or across islands), share that NIC.
@@ -52,15 +51,14 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     // The extra ranks' hand-in and hand-back, then one step per bit.
     auto extra = [&](int i) { return i >= p ? i - p : i + p < n ? i + p : -1; };
     double us = p != n ? 2 * stepUs(extra) : 0;
-    for (int d = 1; d < p; d *= 2) us += stepUs([&](int i) { return i < p ? i ^ d : -1; });
-    return us;
+    double reductions = p != n ? 1 : 0;
+    for (int d = 1; d < p; d *= 2, ++reductions) us += stepUs([&](int i) { return i < p ? i ^ d : -1; });
+    // Every step reduces the whole buffer, after a copy of the input into place (out of place).
+    return us + worstMemoryUs(g, a.inPlace ? 0 : bytes, reductions * bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const size_t bytes = a.count * kernels::sizeOf(a.dtype);
     const Slice in{Buf::kSend, 0, bytes}, acc{Buf::kRecv, 0, bytes};
     const int n = g.nranks, r = g.rank, p = largestPowerOfTwo(n);

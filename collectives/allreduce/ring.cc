@@ -10,20 +10,20 @@ namespace {
 class RingAllReduce final : public Algorithm {
  public:
   std::string_view name() const override { return "ring"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAllReduce; }
+  CollKind kind() const override { return CollKind::kAllReduce; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     const std::vector<int> order = g.nicAwareOrder();
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     int n = g.nranks;
-    return n == 1 ? 0 : 2.0 * (n - 1) * alphaUs + 2.0 * (n - 1) / n * bytes / (bwGBps * 1e3);
+    if (n == 1) return worstMemoryUs(g, a.inPlace ? 0 : bytes, 0);
+    // Each rank reduces the n-1 blocks it receives in the reduce-scatter.
+    return 2.0 * (n - 1) * alphaUs + 2.0 * (n - 1) / n * bytes / (bwGBps * 1e3) +
+           worstMemoryUs(g, 0, (n - 1.0) / n * bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const size_t bytes = a.count * kernels::sizeOf(a.dtype);
     if (g.nranks == 1) {
       copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);

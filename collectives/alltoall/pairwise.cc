@@ -8,17 +8,15 @@ namespace {
 class PairwiseAlltoAll final : public Algorithm {
  public:
   std::string_view name() const override { return "pairwise"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kAlltoAll; }
+  CollKind kind() const override { return CollKind::kAlltoAll; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     double block = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return alphaUs + (g.nranks - 1) * block / (bwGBps * 1e3);
+    return alphaUs + (g.nranks - 1) * block / (bwGBps * 1e3) + worstMemoryUs(g, block, 0);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const int n = g.nranks, r = g.rank;
     const size_t block = a.count * kernels::sizeOf(a.dtype);
     copyUnlessSame(s, {Buf::kRecv, r * block, block}, {Buf::kSend, r * block, block}, a.inPlace);

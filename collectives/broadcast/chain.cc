@@ -11,16 +11,15 @@ namespace {
 class ChainBroadcast final : public Algorithm {
  public:
   std::string_view name() const override { return "chain"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kBroadcast; }
+  CollKind kind() const override { return CollKind::kBroadcast; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     std::vector<int> chain = g.nicAwareChain(a.root);
-    return pipelinedChainUs(g, chain, static_cast<double>(a.count * kernels::sizeOf(a.dtype)));
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    return pipelinedChainUs(g, chain, bytes) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const int n = g.nranks;
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     const std::vector<int> chain = g.nicAwareChain(a.root);

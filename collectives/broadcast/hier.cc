@@ -16,21 +16,16 @@
 namespace hetcomm::coll {
 namespace {
 
-class HierBroadcast final : public Algorithm {
+class HierBroadcast final : public HierAlgorithm {
  public:
-  std::string_view name() const override { return "hier"; }
-  bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kBroadcast && g.nranks > 2 && hierarchyOf(g).has_value();
+  CollKind kind() const override { return CollKind::kBroadcast; }
+
+  double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    return rootedHierUs(a, g, *h, false) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0);
   }
 
-  double estimateUs(const Args& a, const GroupView& g) const override { return rootedHierUs(a, g, false); }
-
-  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
-    Schedule s;
-    s.dtype = a.dtype;
-    s.nranks = g.nranks;
+  Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype);
     const RootedPaths paths = rootedPaths(*h, a.root);
     const int m = h->size[1];

@@ -12,18 +12,16 @@ namespace {
 class ChainReduce final : public Algorithm {
  public:
   std::string_view name() const override { return "chain"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduce; }
+  CollKind kind() const override { return CollKind::kReduce; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     std::vector<int> chain = g.nicAwareChain(a.root);
     std::reverse(chain.begin(), chain.end());  // partial sums flow to the root
-    return pipelinedChainUs(g, chain, static_cast<double>(a.count * kernels::sizeOf(a.dtype)));
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    return pipelinedChainUs(g, chain, bytes) + worstMemoryUs(g, 0, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const int n = g.nranks;
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     const bool isRoot = g.rank == a.root;

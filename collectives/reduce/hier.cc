@@ -52,22 +52,16 @@ std::vector<uint32_t> emitChainReduce(Schedule& s, const std::vector<int>& chain
 
 size_t chainStageBytes(size_t chunks, size_t slotBytes) { return std::min(chunks, kChainStageSlots) * slotBytes; }
 
-class HierReduce final : public Algorithm {
+class HierReduce final : public HierAlgorithm {
  public:
-  std::string_view name() const override { return "hier"; }
-  bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kReduce && g.nranks > 2 && hierarchyOf(g).has_value();
+  CollKind kind() const override { return CollKind::kReduce; }
+
+  double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    return rootedHierUs(a, g, *h, true) + worstMemoryUs(g, 0, bytes);
   }
 
-  double estimateUs(const Args& a, const GroupView& g) const override { return rootedHierUs(a, g, true); }
-
-  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+  Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype);
     const RootedPaths paths = rootedPaths(*h, a.root);
     const int m = h->size[1];

@@ -16,24 +16,17 @@ namespace {
 
 constexpr size_t kMaxPieces = 16;
 
-class HierReduceScatter final : public Algorithm {
+class HierReduceScatter final : public HierAlgorithm {
  public:
-  std::string_view name() const override { return "hier"; }
-  bool supports(const Args& a, const GroupView& g) const override {
-    return a.kind == CollKind::kReduceScatter && g.nranks > 2 && hierarchyOf(g).has_value();
+  CollKind kind() const override { return CollKind::kReduceScatter; }
+
+  double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
+    const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+    return hierGatherUs(g, *h, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/false) +
+           worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes);
   }
 
-  double estimateUs(const Args& a, const GroupView& g) const override {
-    return hierGatherUs(g, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/false);
-  }
-
-  Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    auto h = hierarchyOf(g);
-    if (!h) return invalidUsage("hier: the group is not uniform (equal ranks per host and hosts per island)");
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+  Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     const size_t S = piecesFor(bytes, g.chunkBytes, kMaxPieces);
     const Blocks piece = evenBlocks(a.count, static_cast<int>(S));

@@ -10,19 +10,16 @@ namespace {
 class RingReduceScatter final : public Algorithm {
  public:
   std::string_view name() const override { return "ring"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kReduceScatter; }
+  CollKind kind() const override { return CollKind::kReduceScatter; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     const std::vector<int> order = g.nicAwareOrder();
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
-    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3));
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) + worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.op = a.op;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     if (g.nranks == 1) {
       copyUnlessSame(s, {Buf::kRecv, 0, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);

@@ -8,7 +8,7 @@ namespace {
 class DirectSendRecv final : public Algorithm {
  public:
   std::string_view name() const override { return "direct"; }
-  bool supports(const Args& a, const GroupView&) const override { return a.kind == CollKind::kSendRecv; }
+  CollKind kind() const override { return CollKind::kSendRecv; }
   double estimateUs(const Args& a, const GroupView& g) const override {
     const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     size_t most = 0;
@@ -17,9 +17,7 @@ class DirectSendRecv final : public Algorithm {
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
-    Schedule s;
-    s.dtype = a.dtype;
-    s.nranks = g.nranks;
+    Schedule s = newSchedule(a, g);
     s.p2pTags = true;
     std::vector<size_t> selfSends, selfRecvs;
     for (size_t i = 0; i < a.p2p.size(); ++i) {

@@ -96,9 +96,12 @@ class SimConnection final : public transport::Connection {
 // lateReceiveFree: plan as for a transport whose late receives are free (GroupView::lateReceiveFree), i.e. with
 // the few-slot staging; the simulator's rendezvous completion is exactly that transport.
 // Where the simulated ranks are (GroupView::host, island, bw), for topology-aware planners; empty: unknown.
+// graph: the whole cluster as a link graph (GroupView::fromGraph), for the synthesised algorithms; it wins over
+// the other fields.
 struct SimTopology {
   std::vector<int> host, island;
   std::vector<double> bw;  // n x n GB/s
+  std::shared_ptr<const topo::LinkGraph> graph;
 };
 
 inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vector<std::vector<std::byte*>> bufs,
@@ -115,14 +118,18 @@ inline Status runSimulated(int n, const std::vector<coll::Args>& args, std::vect
       ptrs[p] = conns[r][p].get();
     }
     coll::GroupView g;
-    g.rank = r;
-    g.nranks = n;
-    g.chunkBytes = chunkBytes;
+    if (topo.graph) {
+      g = coll::GroupView::fromGraph(r, topo.graph, chunkBytes);
+    } else {
+      g.rank = r;
+      g.nranks = n;
+      g.chunkBytes = chunkBytes;
+      g.host = topo.host;
+      g.island = topo.island;
+      g.bw = topo.bw;
+      if (!g.bw.empty()) g.alpha.assign(g.bw.size(), 10.0);
+    }
     g.lateReceiveFree.assign(n, lateReceiveFree ? 1 : 0);
-    g.host = topo.host;
-    g.island = topo.island;
-    g.bw = topo.bw;
-    if (!g.bw.empty()) g.alpha.assign(g.bw.size(), 10.0);
     auto algo = coll::selectAlgorithm(args[r], g, forcedAlgo);
     if (!algo) return algo.error();
     auto plan = algo->algo->plan(args[r], g);

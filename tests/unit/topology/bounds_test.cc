@@ -8,7 +8,9 @@
 #include <random>
 
 #include "common/strings.h"
+#include "topology/cluster.h"
 #include "topology/cluster_spec.h"
+#include "topology/link_matrix.h"
 
 namespace hetcomm::topo {
 namespace {

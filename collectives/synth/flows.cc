@@ -1,0 +1,234 @@
+#include "collectives/synth/flows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "collectives/algorithm_list.h"
+#include "collectives/ring_phases.h"
+
+namespace hetcomm::coll::synth {
+namespace {
+
+constexpr size_t kMaxPieces = 64;
+constexpr size_t kMaxSubsegments = 8;
+constexpr size_t kMinPaceWindow = 4;
+// Message kinds within a segment (tags: segment * kKinds + kind).
+enum Kind : uint32_t { kHostIn, kUp, kDown, kHostOut, kScatter, kGather, kKinds };
+
+size_t maxTrees(const Packing& p) {
+  size_t t = 1;
+  for (const auto& list : p.byRoot) t = std::max(t, list.size());
+  return t;
+}
+
+size_t subsegments(const topo::LinkGraph& graph) {
+  size_t k = 1;
+  for (const auto& h : graph.hosts) k = std::max(k, h.ranks.size());
+  return std::min(k, kMaxSubsegments);
+}
+
+// Element counts of the parts of n by the trees' weights (largest remainder: they add up to n exactly, the same
+// on every rank).
+std::vector<size_t> splitByWeight(size_t n, const std::vector<WeightedTree>& trees) {
+  std::vector<size_t> part(trees.size());
+  std::vector<std::pair<double, size_t>> rest;
+  size_t given = 0;
+  for (size_t t = 0; t < trees.size(); ++t) {
+    const double exact = static_cast<double>(n) * trees[t].weight;
+    part[t] = static_cast<size_t>(std::floor(exact));
+    given += part[t];
+    rest.push_back({exact - static_cast<double>(part[t]), t});
+  }
+  std::stable_sort(rest.begin(), rest.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < n; ++i, ++given) ++part[rest[i % rest.size()].second];
+  return part;
+}
+
+// Scratch of one piece, in one of W regions; offsets are fixed up to their region once the region size is known.
+struct Arena {
+  size_t used = 0, most = 0;
+  Slice take(size_t bytes) {
+    Slice s{Buf::kScratch, used, bytes};
+    used += bytes;
+    most = std::max(most, used);
+    return s;
+  }
+};
+
+class Emitter {
+ public:
+  Emitter(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, FlowMode mode, size_t esz)
+      : s_(s), graph_(graph), mode_(mode), esz_(esz), me_(g.rank), myHost_(graph.hostOfRank[g.rank]) {}
+
+  // One segment: elements [lo, lo + n) of flow f, carried by tree t; `key` rotates the owners; tag its first tag.
+  void segment(const Flow& f, const HostTree& tree, size_t lo, size_t n, size_t key, uint32_t tag, uint32_t start,
+               Arena& arena) {
+    const int root = tree.root;
+    auto owner = [&](int host) {
+      const auto& ranks = graph_.hosts[host].ranks;
+      if (host == root && f.fixedRank >= 0 && !f.spread) return f.fixedRank;
+      return ranks[key % ranks.size()];
+    };
+    const int o = owner(myHost_);
+    const bool isOwner = me_ == o;
+    const auto& peers = graph_.hosts[myHost_].ranks;
+    const size_t bytes = n * esz_;
+    auto dep = [&](uint32_t step, uint32_t on) { s_.steps[step].dependOn(on); };
+
+    uint32_t have = start;  // the owner holds the segment's data (down) after this step
+    Slice data{};
+    std::optional<uint32_t> hostInSend, upSend;
+    if (mode_ != FlowMode::kBroadcast) {
+      if (!isOwner) {
+        hostInSend = s_.send(o, tag + kHostIn, f.in(me_, lo, n));
+        dep(*hostInSend, start);
+      } else {
+        std::vector<std::pair<uint32_t, Slice>> incoming;
+        for (int q : peers)
+          if (q != o) incoming.push_back({s_.recv(q, tag + kHostIn, arena.take(bytes)), {}});
+        for (int c : tree.children[myHost_]) incoming.push_back({s_.recv(owner(c), tag + kUp, arena.take(bytes)), {}});
+        for (auto& [step, slot] : incoming) {
+          slot = s_.steps[step].dst;
+          dep(step, start);
+        }
+        const bool final = myHost_ == root;
+        // Where the sum builds up: the result's own place where this rank keeps it, else scratch.
+        const bool keeps = mode_ == FlowMode::kAllReduce || (final && o == f.fixedRank);
+        Slice acc = keeps ? f.out(o, lo, n) : arena.take(bytes);
+        Slice partial = f.in(o, lo, n);
+        uint32_t ready = start;
+        for (size_t i = 0; i < incoming.size(); ++i) {
+          const uint32_t red = s_.reduce(acc, i == 0 ? partial : acc, incoming[i].second);
+          dep(red, incoming[i].first);
+          if (i > 0) dep(red, ready);
+          ready = red;
+        }
+        if (!incoming.empty()) partial = acc;
+        if (!final) {
+          upSend = s_.send(owner(tree.parent[myHost_]), tag + kUp, partial);
+          dep(*upSend, ready);
+        } else {
+          if (s_.op == kernels::RedOp::kAvg) {
+            const uint32_t div = s_.divide(acc);
+            dep(div, ready);
+            ready = div;
+          }
+          if (mode_ == FlowMode::kReduce && o != f.fixedRank) dep(s_.send(f.fixedRank, tag + kGather, acc), ready);
+          have = ready;
+          data = acc;
+        }
+      }
+      if (mode_ == FlowMode::kReduce && myHost_ == root && me_ == f.fixedRank && !isOwner)
+        dep(s_.recv(o, tag + kGather, f.out(me_, lo, n)), start);
+      if (mode_ == FlowMode::kReduce) return;
+    }
+
+    // Down: the result, or the broadcast's data, from the root host's owner to every rank.
+    const bool sourceHere = mode_ == FlowMode::kBroadcast && myHost_ == root;
+    if (isOwner) {
+      if (sourceHere && o == f.fixedRank) {
+        data = f.in(o, lo, n);
+      } else if (sourceHere) {
+        data = f.out(o, lo, n);
+        have = s_.recv(f.fixedRank, tag + kScatter, data);
+        dep(have, start);
+      } else if (myHost_ != root) {
+        data = f.out(o, lo, n);
+        have = s_.recv(owner(tree.parent[myHost_]), tag + kDown, data);
+        dep(have, start);
+        if (upSend) dep(have, *upSend);  // the partial sum went out from the same place
+      }
+      for (int c : tree.children[myHost_]) dep(s_.send(owner(c), tag + kDown, data), have);
+      for (int q : peers)
+        if (q != o && !(sourceHere && q == f.fixedRank)) dep(s_.send(q, tag + kHostOut, data), have);
+      return;
+    }
+    if (sourceHere && me_ == f.fixedRank) {
+      dep(s_.send(o, tag + kScatter, f.in(me_, lo, n)), start);
+      return;
+    }
+    const uint32_t got = s_.recv(o, tag + kHostOut, f.out(me_, lo, n));
+    dep(got, start);
+    if (hostInSend) dep(got, *hostInSend);  // in place, the result lands where the contribution was read
+  }
+
+ private:
+  Schedule& s_;
+  const topo::LinkGraph& graph_;
+  FlowMode mode_;
+  size_t esz_;
+  int me_, myHost_;
+};
+
+// The steps of [first, end) that no other step of that range waits for: when they are done, the whole range is.
+std::vector<uint32_t> terminalSteps(const Schedule& s, uint32_t first, uint32_t end) {
+  std::vector<char> needed(end - first, 0);
+  for (uint32_t i = first; i < end; ++i)
+    for (int d = 0; d < s.steps[i].ndeps; ++d)
+      if (s.steps[i].deps[d] >= first && s.steps[i].deps[d] < end) needed[s.steps[i].deps[d] - first] = 1;
+  std::vector<uint32_t> out;
+  for (uint32_t i = first; i < end; ++i)
+    if (!needed[i - first]) out.push_back(i);
+  return out;
+}
+
+}  // namespace
+
+FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, size_t flowBytes) {
+  FlowShape sh;
+  const size_t perPiece = maxTrees(packing) * subsegments(graph);
+  // A piece of about two chunks, and segments of a quarter chunk at least.
+  const size_t pieceBytes = std::max(2 * g.chunkBytes, perPiece * g.chunkBytes / 4);
+  sh.pieces = std::clamp<size_t>(flowBytes / std::max<size_t>(1, pieceBytes), 1, kMaxPieces);
+  sh.segmentsPerPiece = perPiece;
+  sh.window = std::min(sh.pieces, std::max<size_t>(kMinPaceWindow, 2 * static_cast<size_t>(packing.maxDepth) + 2));
+  return sh;
+}
+
+void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, FlowMode mode,
+               const std::vector<Flow>& flows) {
+  const size_t esz = kernels::sizeOf(s.dtype);
+  size_t most = 0;
+  for (const Flow& f : flows) most = std::max(most, f.count);
+  const FlowShape shape = flowShape(g, graph, packing, most * esz);
+  const size_t P = shape.pieces, W = shape.window, S = subsegments(graph), T = maxTrees(packing);
+  Emitter emit(s, g, graph, mode, esz);
+
+  std::vector<uint32_t> done(P);
+  std::vector<std::pair<uint32_t, uint32_t>> pieceSteps(P);  // [first, end) of each piece's steps
+  size_t region = 0;
+  std::vector<Arena> arenas(P);
+  for (size_t p = 0; p < P; ++p) {
+    const uint32_t start = p >= W ? done[p - W] : joinSteps(s, {});
+    const uint32_t first = static_cast<uint32_t>(s.steps.size());
+    for (size_t fi = 0; fi < flows.size(); ++fi) {
+      const Flow& f = flows[fi];
+      const Blocks pieces = evenBlocks(f.count, static_cast<int>(P));
+      const std::vector<size_t> parts = splitByWeight(pieces.count[p], *f.trees);
+      size_t lo = pieces.offset[p];
+      for (size_t t = 0; t < parts.size(); ++t) {
+        const Blocks subs = evenBlocks(parts[t], static_cast<int>(S));
+        for (size_t q = 0; q < S; ++q) {
+          const size_t seg = ((p * flows.size() + fi) * T + t) * S + q;
+          if (subs.count[q] > 0)
+            emit.segment(f, (*f.trees)[t].tree, lo + subs.offset[q], subs.count[q], q + t + p + fi,
+                         static_cast<uint32_t>(seg * kKinds), start, arenas[p]);
+        }
+        lo += parts[t];
+      }
+    }
+    const uint32_t end = static_cast<uint32_t>(s.steps.size());
+    pieceSteps[p] = {first, end};
+    done[p] = end > first ? joinSteps(s, terminalSteps(s, first, end)) : start;
+    region = std::max(region, arenas[p].most);
+  }
+  // Piece p's scratch lives in region p % W: the pacing has finished piece p - W before piece p starts.
+  for (size_t p = 0; p < P; ++p)
+    for (uint32_t i = pieceSteps[p].first; i < pieceSteps[p].second; ++i)
+      for (Slice* sl : {&s.steps[i].src, &s.steps[i].src2, &s.steps[i].dst})
+        if (sl->buf == Buf::kScratch && sl->bytes > 0) sl->offset += (p % W) * region;
+  s.scratchBytes = std::max(s.scratchBytes, W * region);
+}
+
+}  // namespace hetcomm::coll::synth

@@ -1,0 +1,69 @@
+#include "collectives/synth/synth.h"
+
+#include <algorithm>
+
+#include "collectives/group_cache.h"
+
+namespace hetcomm::coll::synth {
+
+bool applies(const GroupView& g) {
+  return g.graph && g.graph->nhosts() >= 2 && g.graph->nranks() == g.nranks && g.graph->connected();
+}
+
+std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int rootHost) {
+  const topo::LinkGraph& graph = *g.graph;
+  auto derive = [&] {
+    std::vector<double> demand(graph.nhosts(), 0.0);
+    for (int h = 0; h < graph.nhosts(); ++h)
+      if (rootHost < 0 || h == rootHost) demand[h] = rootHost < 0 ? static_cast<double>(graph.hosts[h].ranks.size()) : 1;
+    return std::make_shared<const Packing>(packTrees(graph, use, demand));
+  };
+  if (!g.cache) return derive();
+  const std::pair<int, int> key{static_cast<int>(use), use == TreeUse::kBoth ? -1 : rootHost};
+  {
+    std::lock_guard<std::mutex> lock(g.cache->mu);
+    if (auto it = g.cache->packings.find(key); it != g.cache->packings.end()) return it->second;
+  }
+  auto p = derive();  // outside the lock: it may take milliseconds
+  std::lock_guard<std::mutex> lock(g.cache->mu);
+  return g.cache->packings.emplace(key, p).first->second;
+}
+
+double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
+                  double flowBytes) {
+  const topo::LinkGraph& graph = *g.graph;
+  const double network = p.usPerByte * unitBytes;
+  // Per host, the children a segment's owner takes partial sums from, averaged over the trees by weight and demand.
+  std::vector<double> children(graph.nhosts(), 0.0);
+  double demandSum = 0;
+  for (size_t r = 0; r < p.byRoot.size(); ++r) demandSum += p.byRoot[r].empty() ? 0 : p.demand[r];
+  for (size_t r = 0; r < p.byRoot.size(); ++r)
+    for (const WeightedTree& wt : p.byRoot[r])
+      for (int h = 0; h < graph.nhosts(); ++h)
+        children[h] += p.demand[r] / demandSum * wt.weight * static_cast<double>(wt.tree.children[h].size());
+  const int phases = mode == FlowMode::kAllReduce ? 2 : 1;
+  double local = 0;
+  for (int h = 0; h < graph.nhosts(); ++h) {
+    const auto& host = graph.hosts[h];
+    const double k = static_cast<double>(host.ranks.size());
+    const int r = host.ranks.front();
+    const double reduced = mode == FlowMode::kBroadcast ? 0 : dataBytes * (k - 1 + children[h]) / k;
+    const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
+    local = std::max(local, shm + memoryUs(g, r, 0, reduced));
+  }
+  // One segment's way: the host level in and out, and every hop of the deepest tree (up and down for allreduce).
+  const FlowShape shape = flowShape(g, graph, p, static_cast<size_t>(flowBytes));
+  const double segment = flowBytes / static_cast<double>(shape.pieces * shape.segmentsPerPiece);
+  double alpha = 0, slowest = 1e30;
+  for (const auto& a : graph.hosts)
+    for (const auto& b : graph.hosts)
+      if (&a != &b) {
+        alpha = std::max(alpha, g.alphaUs(a.ranks.front(), b.ranks.front()));
+        slowest = std::min(slowest, g.bwGBps(a.ranks.front(), b.ranks.front()));
+      }
+  const double hops = phases * (p.maxDepth + 1.0);
+  const double fill = hops * (alpha + segment / (slowest * 1e3));
+  return std::max(network, local) + fill;
+}
+
+}  // namespace hetcomm::coll::synth

@@ -1,0 +1,61 @@
+// trees.h: packing weighted spanning trees over the hosts of a LinkGraph, the heart of schedule synthesis
+// (ForestColl, Blink). Each tree carries a share of the data through host-to-host hops; a hop from host a to host
+// b loads a's port and b's port on the fabric the pair uses (or several, striped over rails), each port a resource
+// with its rate in each direction. The packing spreads the data over trees so that the most loaded port, relative
+// to its rate, is as light as it can be: that port's time is the schedule's bandwidth term, and the bounds
+// (topology/bounds.h) say how close to optimal it is.
+//
+// Three uses:
+//   kBoth  allreduce: a tree carries its share up to a root (reduction) and back down (result), so every hop loads
+//          both directions; the root is the tree's centre
+//   kOut   broadcast, allgather: trees directed away from a given root host
+//   kIn    reduce, reduce-scatter: trees directed towards a given root host
+//
+// The method is Frank-Wolfe on a smoothed maximum of the port loads: each round finds, for every root, the tree that
+// is cheapest under the gradient (Prim's algorithm; exact for kBoth, greedy for the directed ones), and moves the
+// mix a step towards it. The trees found are then pruned to the heaviest few per root and their weights
+// re-balanced. Deterministic: the same graph gives the same trees on every rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "topology/link_graph.h"
+
+namespace hetcomm::coll::synth {
+
+enum class TreeUse { kBoth, kOut, kIn };
+
+struct HostTree {
+  int root = 0;
+  std::vector<int> parent;                 // per host; -1 at the root
+  std::vector<std::vector<int>> children;  // per host, ascending
+  int depth = 0;                           // hops from the root to the farthest host
+};
+
+struct WeightedTree {
+  HostTree tree;
+  double weight = 0;  // share of its root's data; a root's weights sum to 1
+};
+
+struct Packing {
+  TreeUse use = TreeUse::kBoth;
+  // Per root host: its trees (kBoth: one list, index 0, whatever the roots). Empty for roots with no demand.
+  std::vector<std::vector<WeightedTree>> byRoot;
+  // The most loaded port's time per unit of demand, us per byte: a demand of d bytes from every root r (scaled by
+  // its weight below) takes usPerByte * d on that port.
+  double usPerByte = 0;
+  std::vector<double> demand;  // per root host, as given
+  int maxDepth = 0;
+  std::string describe(const topo::LinkGraph& g) const;
+};
+
+// demand[h]: how much of the data starts (kOut) or ends (kIn) at host h, relative to the others (kBoth: one entry,
+// ignored). Needs a connected graph with two hosts or more.
+Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand);
+
+// The load of a packing on every port direction, per unit of demand: [port * 2] egress, [port * 2 + 1] ingress,
+// in bytes per byte; exposed for tests.
+std::vector<double> portLoads(const topo::LinkGraph& g, const Packing& p);
+
+}  // namespace hetcomm::coll::synth

@@ -1,0 +1,172 @@
+// Schedule synthesis (collectives/synth/): tree packings against the bounds of topology/bounds.h, and every
+// synthesised collective run by the real executor on random cluster shapes of 2 to 64 ranks, every element checked.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "collectives/group_cache.h"
+#include "collectives/synth/synth.h"
+#include "common/strings.h"
+#include "tests/unit/collectives/case_runner.h"
+#include "topology/bounds.h"
+#include "topology/cluster.h"
+#include "topology/cluster_spec.h"
+#include "topology/link_matrix.h"
+
+namespace hetcomm::coll {
+namespace {
+
+using namespace test;  // NOLINT: the case runner is this file's vocabulary
+
+std::shared_ptr<const topo::LinkGraph> graphOf(const topo::ClusterSpec& spec) {
+  auto view = topo::ClusterView::build(spec.nodes());
+  EXPECT_TRUE(view.has_value());
+  return std::make_shared<const topo::LinkGraph>(
+      topo::buildLinkGraph(*view, topo::LinkMatrix::nominal(*view, true), true));
+}
+
+std::shared_ptr<const topo::LinkGraph> shipped(const std::string& name) {
+  auto spec = topo::loadClusterSpec(std::string(HETCOMM_SOURCE_DIR) + "/clusters/" + name + ".json");
+  EXPECT_TRUE(spec.has_value()) << spec.error().toString();
+  return graphOf(*spec);
+}
+
+// The packing's bandwidth time over the bound's, for the collective the use serves (1: optimal).
+double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
+  std::vector<double> demand(g.nhosts(), 0.0);
+  for (int h = 0; h < g.nhosts(); ++h)
+    demand[h] = rootHost >= 0 ? (h == rootHost) : static_cast<double>(g.hosts[h].ranks.size());
+  const synth::Packing p = synth::packTrees(g, use, demand);
+  const int n = g.nranks();
+  switch (use) {
+    case synth::TreeUse::kBoth:  // the whole buffer through the trees, against the allreduce bound
+      return p.usPerByte / topo::collectiveBound(g, topo::BoundKind::kAllReduce).usPerByte;
+    case synth::TreeUse::kOut:
+      if (rootHost >= 0)
+        return p.usPerByte / topo::collectiveBound(g, topo::BoundKind::kBroadcast, g.hosts[rootHost].ranks[0]).usPerByte;
+      // Demand in blocks; the bound per byte of the whole output (n blocks).
+      return p.usPerByte / (topo::collectiveBound(g, topo::BoundKind::kAllGather).usPerByte * n);
+    case synth::TreeUse::kIn:
+      return p.usPerByte / (topo::collectiveBound(g, topo::BoundKind::kReduceScatter).usPerByte * n);
+  }
+  return 0;
+}
+
+TEST(Synth, PackingsOfTheShippedClustersReachTheirBounds) {
+  for (const char* name : {"mixed-4x2", "eth-4x2", "mixed-2x2", "dualrail-2x2"}) {
+    auto g = shipped(name);
+    SCOPED_TRACE(name);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, -1), 1.02);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kIn, -1), 1.02);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, 0), 1.02);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kBoth, -1), 1.02);
+  }
+}
+
+TEST(Synth, PackingsOfRandomClustersNearTheirBounds) {
+  // Directed trees come from a greedy search and allreduce trees are bounded by the cut and aggregate bounds,
+  // which trees need not reach on every graph: the worst of 40 random clusters stays within a few percent.
+  double worst = 1;
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    auto g = graphOf(topo::randomClusterSpec(seed));
+    for (synth::TreeUse use : {synth::TreeUse::kBoth, synth::TreeUse::kOut, synth::TreeUse::kIn}) {
+      const double r = overBound(*g, use, -1);
+      EXPECT_GE(r, 1 - 1e-6) << "seed " << seed << ": better than the bound? " << g->describe();
+      worst = std::max(worst, r);
+    }
+  }
+  RecordProperty("worst_over_bound", format("%.3f", worst));
+  EXPECT_LT(worst, 1.10);
+}
+
+TEST(Synth, TreesSpanEveryHostAndWeightsSumToOne) {
+  auto g = graphOf(topo::randomClusterSpec(11));
+  for (synth::TreeUse use : {synth::TreeUse::kBoth, synth::TreeUse::kOut, synth::TreeUse::kIn}) {
+    const synth::Packing p = synth::packTrees(*g, use, std::vector<double>(g->nhosts(), 1.0));
+    for (const auto& list : p.byRoot) {
+      double total = 0;
+      for (const auto& wt : list) {
+        total += wt.weight;
+        int roots = 0;
+        for (int h = 0; h < g->nhosts(); ++h) {
+          roots += wt.tree.parent[h] < 0;
+          int steps = 0;  // every host reaches the root
+          for (int v = h; wt.tree.parent[v] >= 0 && steps <= g->nhosts(); v = wt.tree.parent[v]) ++steps;
+          EXPECT_LE(steps, g->nhosts());
+        }
+        EXPECT_EQ(roots, 1);
+      }
+      EXPECT_NEAR(total, 1.0, 1e-9);
+    }
+  }
+}
+
+// Every synthesised collective on random shapes: hosts of 1-4 ranks, 1-3 fabrics, 2 to 64 ranks in all.
+TEST(Synth, EveryCollectiveOnRandomShapesIsExact) {
+  std::mt19937 rng(5);
+  topo::RandomClusterLimits lim;
+  lim.maxHosts = 16;
+  int shapes = 0;
+  for (uint64_t seed = 100; shapes < 24; ++seed) {
+    const topo::ClusterSpec spec = topo::randomClusterSpec(seed, lim);
+    if (spec.nranks() > 64) continue;
+    ++shapes;
+    testing::SimTopology topo;
+    topo.graph = graphOf(spec);
+    const int n = spec.nranks();
+    SCOPED_TRACE(format("seed %llu: %d ranks on %zu hosts", (unsigned long long)seed, n, spec.hosts.size()));
+    for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather, CollKind::kBroadcast,
+                          CollKind::kReduce}) {
+      const size_t count = std::vector<size_t>{1, 7, 333, 5000}[rng() % 4];
+      const int root = static_cast<int>(rng() % n);
+      const bool inPlace = rng() % 2, late = rng() % 2;
+      runCase({kind, n, count, DataType::kInt32, RedOp::kSum, root, inPlace}, 256, late, "synth", topo);
+    }
+  }
+}
+
+TEST(Synth, EveryDatatypeAndOpOnAnIrregularCluster) {
+  topo::ClusterSpec spec;
+  spec.name = "irregular";
+  // Hosts of 1, 2 and 3 ranks; two on an ib fabric, all on Ethernet.
+  for (int h = 0; h < 3; ++h) {
+    topo::ClusterSpec::HostSpec host{format("h%d", h), h + 1, {{"eth0", topo::NicKind::kEth, 200, "eth"}}};
+    if (h < 2) host.nics.push_back({"ib0", topo::NicKind::kIb, 1600, "ib"});
+    spec.hosts.push_back(host);
+  }
+  testing::SimTopology topo;
+  topo.graph = graphOf(spec);
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kReduce})
+    for (DataType t : kAllTypes)
+      for (RedOp op : kAllOps) runCase({kind, 6, 1001, t, op, 4, false}, 512, false, "synth", topo);
+  for (CollKind kind : {CollKind::kAllGather, CollKind::kBroadcast})
+    for (DataType t : kAllTypes) runCase({kind, 6, 1001, t, RedOp::kSum, 3, true}, 512, true, "synth", topo);
+}
+
+TEST(Synth, ManyPiecesPacedWithScratchReused) {
+  // Far more pieces than the pacing window: staging regions are reused, in place and out of place.
+  auto g = shipped("mixed-4x2");
+  testing::SimTopology topo;
+  topo.graph = g;
+  for (CollKind kind : {CollKind::kAllReduce, CollKind::kReduceScatter, CollKind::kAllGather, CollKind::kBroadcast,
+                        CollKind::kReduce})
+    for (bool inPlace : {false, true})
+      runCase({kind, 8, 100003, DataType::kFloat32, RedOp::kSum, 6, inPlace}, 1024, true, "synth", topo);
+}
+
+TEST(Synth, AppliesOnlyWhereTheGraphSpansHosts) {
+  GroupView g;
+  g.nranks = 4;
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 1 << 20;
+  EXPECT_EQ(selectAlgorithm(a, g, "synth")->algo->name(), "ring") << "no graph: the automatic choice";
+  topo::ClusterSpec one;
+  one.name = "one";
+  one.hosts.push_back({"h0", 4, {{"eth0", topo::NicKind::kEth, 1000, "eth"}}});
+  g = GroupView::fromGraph(0, graphOf(one), 512 << 10);
+  EXPECT_NE(selectAlgorithm(a, g, "synth")->algo->name(), "synth") << "one host: nothing to synthesise";
+}
+
+}  // namespace
+}  // namespace hetcomm::coll
