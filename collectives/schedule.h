@@ -42,7 +42,8 @@ struct Step {
   static constexpr int kMaxDeps = 4;
 
   Op op;
-  int peer = -1;  // group rank for send/recv
+  int8_t path = -1;  // send: the path to take to the peer (Connection::isendOn); -1: the transport's choice
+  int peer = -1;     // group rank for send/recv
   uint32_t tag = 0;
   Slice src, src2, dst;
   std::array<uint32_t, kMaxDeps> deps{};

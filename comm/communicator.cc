@@ -280,24 +280,35 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
     blobs[k][p] = peers[p].blobs[k];
     ++served[k];
   }
+  // Which pairs of hosts talk over tcp, the transport that takes a message over the fabric it is told to: the link
+  // graph offers schedules a way per shared fabric only there.
+  const int nh = cluster_->nhosts();
+  tcpBetweenHosts_.assign(static_cast<size_t>(nh) * nh, 0);
+  for (int a = 0; a < nh; ++a)
+    for (int b = 0; b < nh; ++b)
+      if (a != b)
+        tcpBetweenHosts_[static_cast<size_t>(a) * nh + b] =
+            choose(*cluster_, offers, forcedKinds, cluster_->hosts()[a].ranks[0], cluster_->hosts()[b].ranks[0]).kind ==
+            transport::Kind::kTcp;
   // TCP dials each peer first at its address on the fabric chosen for the pair and, where the two hosts share
-  // several fabrics of that kind (multi-rail), stripes over all of them in proportion to their rates.
+  // several fabrics of that kind (multi-rail), stripes over all of them in proportion to their rates. Every other
+  // fabric the two share is a path too (weight 0), for the messages a synthesised schedule sends over it: path i is
+  // ClusterView::pathFabrics' fabric i, as the link graph numbers it (topo::LinkGraph::Way::path).
   if (ts[static_cast<int>(transport::Kind::kTcp)]) {
     std::vector<std::vector<transport::Transport::Path>> paths(nranks_);
     for (int p = 0; p < nranks_; ++p) {
       if (p == rank_ || choices_[p].fabric < 0) continue;
       const int me = cluster_->hostOf(rank_), them = cluster_->hostOf(p);
-      std::vector<int> rails{choices_[p].fabric};
-      if (multiRail()) {
-        std::vector<int> all = cluster_->railFabrics(me, them);
-        if (!all.empty() && all.front() == choices_[p].fabric) rails = all;
-      }
-      for (int f : rails) {
-        const double weight = std::max<double>(1, static_cast<double>(cluster_->pairRateMbps(f, me, them)));
+      topo::ClusterView::PairPaths pp = cluster_->pathFabrics(me, them, multiRail() != 0);
+      if (pp.fabrics.empty() || pp.fabrics.front() != choices_[p].fabric) pp = {{choices_[p].fabric}, 1};
+      for (size_t i = 0; i < pp.fabrics.size(); ++i) {
+        const int f = pp.fabrics[i];
+        const double weight =
+            i < pp.rails ? std::max<double>(1, static_cast<double>(cluster_->pairRateMbps(f, me, them))) : 0;
         for (const topo::NicRef& ref : cluster_->fabrics()[f].nics)
           if (ref.host == them)
             for (const std::string& cidr : cluster_->nic(ref).addresses)
-              paths[p].push_back({cidr.substr(0, cidr.find('/')), weight});
+              paths[p].push_back({cidr.substr(0, cidr.find('/')), weight, static_cast<int>(i)});
       }
     }
     ts[static_cast<int>(transport::Kind::kTcp)]->preferPaths(std::move(paths));
@@ -385,7 +396,9 @@ const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->
 // NICs, routes, each host's memory rates), the link matrix's alpha and bandwidth per pair, and per peer whether
 // late receives are free. Prepared: what is derived from it is kept for the communicator's life.
 coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
-  auto graph = std::make_shared<topo::LinkGraph>(topo::buildLinkGraph(view, links, multiRail() != 0));
+  auto graph = std::make_shared<topo::LinkGraph>(topo::buildLinkGraph(view, links, multiRail() != 0, [&](int a, int b) {
+    return tcpBetweenHosts_[static_cast<size_t>(a) * view.nhosts() + b] != 0;
+  }));
   for (size_t h = 0; h < memoryRates_.size() && h < graph->hosts.size(); ++h) {
     graph->hosts[h].memcpyGBps = memoryRates_[h].memcpyGBps;
     graph->hosts[h].reduceGBps = memoryRates_[h].reduceGBps;

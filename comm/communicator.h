@@ -137,6 +137,7 @@ class Communicator {
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   std::vector<MemoryRates> memoryRates_;              // per host (probed), for the cost model's memory terms
   std::string probeCacheFile_;                        // the cache the link figures came from, if they did
+  std::vector<char> tcpBetweenHosts_;                 // per host pair: its transport is tcp (it takes a path)
   bool attached_ = false;
   bool hostsStore_ = false;
 

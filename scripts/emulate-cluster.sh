@@ -10,8 +10,9 @@
 #
 # A cluster file (clusters/*.json):
 #   {"name": "mixed-4x2", "ranksPerHost": 2,
-#    "hosts": [{"name": "h0", "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 1600, "fabric": "ib-a"}, ...]},
-#              ...]}
+#    "hosts": [{"name": "h0", "ranks": 4, "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 1600, "fabric": "ib-a"},
+#              ...]}, ...]}
+# A host's "ranks" is its own rank count (default ranksPerHost, itself 1 by default).
 # kind is ib | roce | eth (what the topology file declares; the link itself is a veth), rateMbps the shaped rate,
 # fabric the name of the bridge the NIC hangs on. Fabric number f gets the subnet 10.S.f.0/24 (S from the
 # cluster's name), host number i the address .(i+1) there, and the bridge .254 (the rendezvous store listens on
@@ -69,6 +70,8 @@ def load_cluster(path):
         if h["name"] in names:
             die(where(f"$.hosts[{i}].name: '{h['name']}' appears twice"))
         names.add(h["name"])
+        if "ranks" in h and (not isinstance(h["ranks"], int) or isinstance(h["ranks"], bool) or h["ranks"] < 1):
+            die(where(f"$.hosts[{i}].ranks: a positive integer is required"))
         nics = h.get("nics")
         if not isinstance(nics, list) or not nics:
             die(where(f"$.hosts[{i}].nics: a non-empty list is required"))
@@ -116,7 +119,8 @@ def plan(c):
         p["fabrics"].append({"name": name, "kind": kind_of[name], "bridge": f"hcb{cid}f{f}",
                              "subnet": f"10.{second}.{f}.0/24", "storeAddr": f"10.{second}.{f}.254"})
     for i, h in enumerate(c["hosts"]):
-        host = {"name": h["name"], "netns": f"hc-{cid}-{h['name']}", "nics": []}
+        host = {"name": h["name"], "netns": f"hc-{cid}-{h['name']}", "ranks": h.get("ranks", p["ranksPerHost"]),
+                "nics": []}
         for j, n in enumerate(h["nics"]):
             f = fabrics.index(n["fabric"])
             host["nics"].append({"name": n["name"], "kind": n["kind"], "rateMbps": n["rateMbps"],
@@ -195,7 +199,7 @@ def up(c, p, state_path, topo_path):
     print(f"emulate-cluster: {c['name']} is up: {len(p['hosts'])} hosts, {len(p['fabrics'])} fabrics; "
           f"topology file {topo_path}")
     for h in p["hosts"]:
-        print(f"  {h['name']} (netns {h['netns']}): " + ", ".join(
+        print(f"  {h['name']} (netns {h['netns']}, {h['ranks']} rank{'s' if h['ranks'] > 1 else ''}): " + ", ".join(
             f"{n['name']} {n['kind']} {n['rateMbps']} Mbit/s {n['addr']} on {n['fabric']}" for n in h["nics"]))
 
 

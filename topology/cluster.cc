@@ -265,6 +265,17 @@ std::vector<int> ClusterView::railFabrics(int hostA, int hostB) const {
   return rails;
 }
 
+ClusterView::PairPaths ClusterView::pathFabrics(int hostA, int hostB, bool multiRail) const {
+  PairPaths p;
+  const std::vector<int> shared = sharedFabrics(hostA, hostB);
+  if (shared.empty()) return p;
+  p.fabrics = multiRail ? railFabrics(hostA, hostB) : std::vector<int>{shared.front()};
+  p.rails = p.fabrics.size();
+  for (int f : shared)
+    if (std::find(p.fabrics.begin(), p.fabrics.end(), f) == p.fabrics.end()) p.fabrics.push_back(f);
+  return p;
+}
+
 const Gpu* ClusterView::gpuOf(int rank) const {
   const auto& gpus = hosts_[hostOf(rank)].node.gpus;
   if (gpus.empty()) return nullptr;

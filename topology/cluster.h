@@ -84,6 +84,15 @@ class ClusterView {
   // fabric is not a rail: it is the slow path, and between islands the one every host's traffic already needs.
   // Empty when they share none.
   std::vector<int> railFabrics(int hostA, int hostB) const;
+  // The fabrics a pair's messages may take, in the order transports number them as paths: the best fabric they
+  // share and, with multiRail, its rails (railFabrics), which ordinary messages stripe over; then every other
+  // fabric they share, which only messages a schedule sends over it on purpose take (Connection::isendOn). Empty
+  // when they share none.
+  struct PairPaths {
+    std::vector<int> fabrics;
+    size_t rails = 0;  // the first `rails` of them
+  };
+  PairPaths pathFabrics(int hostA, int hostB, bool multiRail) const;
   // The fastest of the host's NICs on the fabric, in Mbit/s; 0 when unknown or the host is not on it.
   uint64_t rateOnFabric(int fabric, int host) const;
   // What the two hosts' NICs on the fabric can carry between them: the slower side's rate, ignoring a side whose

@@ -37,6 +37,12 @@ std::vector<double> fabricEfficiency(const ClusterView& view, const LinkMatrix& 
 
 }  // namespace
 
+const std::vector<LinkGraph::Rail>& LinkGraph::route(int a, int b) const {
+  static const std::vector<Rail> kNone;
+  const auto& w = waysOf(a, b);
+  return w.empty() ? kNone : w.front().rails;
+}
+
 bool LinkGraph::connected() const {
   const int h = nhosts();
   if (h <= 1) return true;
@@ -74,7 +80,8 @@ std::string LinkGraph::describe() const {
   return out;
 }
 
-LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail) {
+LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail,
+                         const std::function<bool(int, int)>& choosesPath) {
   LinkGraph g;
   const int nh = view.nhosts();
   const LinkMatrix nominal = LinkMatrix::nominal(view, multiRail);
@@ -114,22 +121,28 @@ LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool 
       g.ports.push_back({h, f, static_cast<double>(mbps) / 8000.0 * eff[f], name});
     }
   }
-  g.routes.assign(static_cast<size_t>(nh) * nh, {});
+  g.ways.assign(static_cast<size_t>(nh) * nh, {});
   for (int a = 0; a < nh; ++a)
     for (int b = 0; b < nh; ++b) {
       if (a == b) continue;
-      const std::vector<int> shared = view.sharedFabrics(a, b);
-      if (shared.empty()) continue;
-      const std::vector<int> rails = multiRail ? view.railFabrics(a, b) : std::vector<int>{shared.front()};
+      const ClusterView::PairPaths paths = view.pathFabrics(a, b, multiRail);
+      if (paths.fabrics.empty()) continue;
+      auto railOf = [&](int f) { return LinkGraph::Rail{portOf[{a, f}], portOf[{b, f}], 1.0}; };
+      auto& ways = g.ways[static_cast<size_t>(a) * nh + b];
+      // The default: striped over the rails by rate (the slower end of each).
+      LinkGraph::Way striped;
       double total = 0;
-      std::vector<std::pair<int, double>> weighted;
-      for (int f : rails) {
-        const double w = std::max(1e-9, std::min(g.ports[portOf[{a, f}]].gbps, g.ports[portOf[{b, f}]].gbps));
-        weighted.push_back({f, w});
-        total += w;
+      for (size_t i = 0; i < paths.rails; ++i) {
+        LinkGraph::Rail r = railOf(paths.fabrics[i]);
+        r.share = std::max(1e-9, std::min(g.ports[r.from].gbps, g.ports[r.to].gbps));
+        total += r.share;
+        striped.rails.push_back(r);
       }
-      auto& route = g.routes[static_cast<size_t>(a) * nh + b];
-      for (const auto& [f, w] : weighted) route.push_back({portOf[{a, f}], portOf[{b, f}], w / total});
+      for (auto& r : striped.rails) r.share /= total;
+      ways.push_back(std::move(striped));
+      if (choosesPath && !choosesPath(a, b)) continue;
+      for (size_t i = 0; i < paths.fabrics.size(); ++i)
+        if (paths.fabrics.size() > 1) ways.push_back({static_cast<int>(i), {railOf(paths.fabrics[i])}});
     }
   return g;
 }

@@ -8,6 +8,7 @@
 // topology/.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,13 @@ struct LinkGraph {
     int from = -1, to = -1;  // port indices
     double share = 1;
   };
+  // One way a message from one host to another can go: striped over the pair's rails as a plain send goes (path
+  // -1), or over one fabric they share (path i: fabric i of ClusterView::pathFabrics, which the transport takes
+  // when asked by Connection::isendOn).
+  struct Way {
+    int path = -1;
+    std::vector<Rail> rails;
+  };
 
   std::vector<HostNode> hosts;
   std::vector<Port> ports;
@@ -47,13 +55,16 @@ struct LinkGraph {
   std::vector<int> hostOfRank;
   // Per ordered rank pair, row major: the link matrix's alpha (us) and bandwidth (GB/s), nominal or measured.
   std::vector<double> alphaUs, bwGBps;
-  // routes[a * hosts + b]: the rails a message from host a to host b crosses; empty for a == b and for hosts
-  // that share no fabric (routed IP, whose path nothing here can see).
-  std::vector<std::vector<Rail>> routes;
+  // ways[a * hosts + b]: how a message from host a can reach host b; way 0 is the striped default, the others one
+  // per fabric they share where the pair's transport can be told which. Empty for a == b and for hosts that share
+  // no fabric (routed IP, whose path nothing here can see).
+  std::vector<std::vector<Way>> ways;
 
   int nranks() const { return static_cast<int>(hostOfRank.size()); }
   int nhosts() const { return static_cast<int>(hosts.size()); }
-  const std::vector<Rail>& route(int a, int b) const { return routes[static_cast<size_t>(a) * hosts.size() + b]; }
+  const std::vector<Way>& waysOf(int a, int b) const { return ways[static_cast<size_t>(a) * hosts.size() + b]; }
+  // The default way's rails (empty when the hosts share no fabric).
+  const std::vector<Rail>& route(int a, int b) const;
   // Every host reaches every other through routes (hops through other hosts allowed).
   bool connected() const;
   // What one host sends (or takes in) at most per second over all its ports, GB/s.
@@ -62,10 +73,13 @@ struct LinkGraph {
   std::string describe() const;
 };
 
-// From the cluster view and the link matrix (topology/cluster.h, link_matrix.h). A port's rate is its NIC's nominal rate scaled by what the probe
-// measured on that fabric (measured over nominal, median over the measured pairs on it); a host's memory rate is
-// its same-host link. multiRail: pairs stripe over every fabric of their best kind (ClusterView::railFabrics),
-// in proportion to the rates; otherwise they use the best fabric alone.
-LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail);
+// From the cluster view and the link matrix (topology/cluster.h, link_matrix.h). A port's rate is its NIC's nominal
+// rate scaled by what the probe measured on that fabric (measured over nominal, median over the measured pairs on
+// it); a host's memory rate is its same-host link. multiRail: pairs stripe over every fabric of their best kind
+// (ClusterView::railFabrics), in proportion to the rates; otherwise they use the best fabric alone. choosesPath(a,
+// b): whether the transport between hosts a and b takes a message over the path it is given (one way per shared
+// fabric then); null: every pair's does.
+LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail,
+                         const std::function<bool(int, int)>& choosesPath = nullptr);
 
 }  // namespace hetcomm::topo

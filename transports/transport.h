@@ -79,6 +79,11 @@ class Connection {
   virtual int peer() const = 0;
   // Queue a message; never blocks. Errors of the connection itself come back later in req.error.
   virtual Status isend(Request& req, std::span<const std::byte> buf, uint64_t tag) = 0;
+  // The same over one path to the peer (Transport::Path::id): a schedule that spreads its traffic over a host's
+  // NICs says which one a message takes. Transports with one way to the peer send as isend does.
+  virtual Status isendOn(Request& req, std::span<const std::byte> buf, uint64_t tag, int /*path*/) {
+    return isend(req, buf, tag);
+  }
   // Post a receive for exactly buf.size() bytes; a message of another size fails the request.
   virtual Status irecv(Request& req, std::span<std::byte> buf, uint64_t tag) = 0;
   // Best effort: tell the peer why this rank gives up, so its pending receives fail with that reason instead
@@ -111,10 +116,13 @@ class Transport {
   // Optional, before connectAll: per rank, the paths to the peer the communicator chose from the topology (the
   // peer's address on each fabric the pair uses, with that fabric's relative bandwidth); empty: no preference.
   // Transports that reach peers by IP address (tcp) dial the first path first and, given several (multi-rail),
-  // stripe large messages over all of them in proportion to their weights; the others ignore it.
+  // stripe large messages over all of them in proportion to their weights; the others ignore it. A path of weight 0
+  // carries only messages sent over it by isendOn; id numbers the path for isendOn (a fabric's addresses share
+  // one id).
   struct Path {
     std::string address;
     double weight = 1;
+    int id = -1;
   };
   virtual void preferPaths(std::vector<std::vector<Path>> byPeer) {}
   // Moves whatever data can move now on every connection; never blocks.

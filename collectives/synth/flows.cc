@@ -61,9 +61,12 @@ class Emitter {
   Emitter(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, FlowMode mode, size_t esz)
       : s_(s), graph_(graph), mode_(mode), esz_(esz), me_(g.rank), myHost_(graph.hostOfRank[g.rank]) {}
 
-  // One segment: elements [lo, lo + n) of flow f, carried by tree t; `key` rotates the owners; tag its first tag.
-  void segment(const Flow& f, const HostTree& tree, size_t lo, size_t n, size_t key, uint32_t tag, uint32_t start,
+  // One segment: elements [lo, lo + n) of flow f, carried by trees wt; `key` rotates the owners; tag its first tag.
+  void segment(const Flow& f, const WeightedTree& wt, size_t lo, size_t n, size_t key, uint32_t tag, uint32_t start,
                Arena& arena) {
+    // Up the reduction's tree, down the result's (allreduce: each may be its own), both rooted at one host.
+    const HostTree& tree = wt.tree;
+    const HostTree& down = mode_ == FlowMode::kAllReduce ? wt.down : wt.tree;
     const int root = tree.root;
     auto owner = [&](int host) {
       const auto& ranks = graph_.hosts[host].ranks;
@@ -107,6 +110,7 @@ class Emitter {
         if (!incoming.empty()) partial = acc;
         if (!final) {
           upSend = s_.send(owner(tree.parent[myHost_]), tag + kUp, partial);
+          s_.steps[*upSend].path = pathOf(myHost_, tree.parent[myHost_], tree.way[myHost_]);
           dep(*upSend, ready);
         } else {
           if (s_.op == kernels::RedOp::kAvg) {
@@ -135,11 +139,15 @@ class Emitter {
         dep(have, start);
       } else if (myHost_ != root) {
         data = f.out(o, lo, n);
-        have = s_.recv(owner(tree.parent[myHost_]), tag + kDown, data);
+        have = s_.recv(owner(down.parent[myHost_]), tag + kDown, data);
         dep(have, start);
         if (upSend) dep(have, *upSend);  // the partial sum went out from the same place
       }
-      for (int c : tree.children[myHost_]) dep(s_.send(owner(c), tag + kDown, data), have);
+      for (int c : down.children[myHost_]) {
+        const uint32_t send = s_.send(owner(c), tag + kDown, data);
+        s_.steps[send].path = pathOf(myHost_, c, down.way[c]);
+        dep(send, have);
+      }
       for (int q : peers)
         if (q != o && !(sourceHere && q == f.fixedRank)) dep(s_.send(q, tag + kHostOut, data), have);
       return;
@@ -154,6 +162,8 @@ class Emitter {
   }
 
  private:
+  int8_t pathOf(int from, int to, int way) const { return static_cast<int8_t>(graph_.waysOf(from, to)[way].path); }
+
   Schedule& s_;
   const topo::LinkGraph& graph_;
   FlowMode mode_;
@@ -212,7 +222,7 @@ void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, co
         for (size_t q = 0; q < S; ++q) {
           const size_t seg = ((p * flows.size() + fi) * T + t) * S + q;
           if (subs.count[q] > 0)
-            emit.segment(f, (*f.trees)[t].tree, lo + subs.offset[q], subs.count[q], q + t + p + fi,
+            emit.segment(f, (*f.trees)[t], lo + subs.offset[q], subs.count[q], q + t + p + fi,
                          static_cast<uint32_t>(seg * kKinds), start, arenas[p]);
         }
         lo += parts[t];

@@ -18,21 +18,29 @@ constexpr double kMinWeight = 0.02;  // a tree lighter than this is not worth it
 // Per unit of flow through tree t: bytes on each port direction ([2p] egress, [2p+1] ingress).
 using Load = std::vector<double>;
 
-void addHop(const topo::LinkGraph& g, int from, int to, double amount, Load& load) {
-  for (const topo::LinkGraph::Rail& r : g.route(from, to)) {
+void addHop(const topo::LinkGraph& g, int from, int to, int way, double amount, Load& load) {
+  for (const topo::LinkGraph::Rail& r : g.waysOf(from, to)[way].rails) {
     load[2 * r.from] += amount * r.share;
     load[2 * r.to + 1] += amount * r.share;
   }
 }
 
-Load treeLoad(const topo::LinkGraph& g, TreeUse use, const HostTree& t) {
-  Load load(2 * g.ports.size(), 0.0);
+// Hops out of the root (out: parent to child) or into it (child to parent).
+void addTree(const topo::LinkGraph& g, const HostTree& t, bool out, Load& load) {
   for (int v = 0; v < static_cast<int>(t.parent.size()); ++v) {
     const int p = t.parent[v];
     if (p < 0) continue;
-    if (use != TreeUse::kIn) addHop(g, p, v, 1, load);
-    if (use != TreeUse::kOut) addHop(g, v, p, 1, load);
+    if (out)
+      addHop(g, p, v, t.way[v], 1, load);
+    else
+      addHop(g, v, p, t.way[v], 1, load);
   }
+}
+
+Load treeLoad(const topo::LinkGraph& g, TreeUse use, const WeightedTree& wt) {
+  Load load(2 * g.ports.size(), 0.0);
+  addTree(g, wt.tree, use == TreeUse::kOut, load);
+  if (use == TreeUse::kBoth) addTree(g, wt.down, true, load);
   return load;
 }
 
@@ -52,7 +60,7 @@ void finishTree(HostTree& t) {
 
 // Re-roots an undirected tree (given as parent links from any root) at its centre: the host whose farthest host is
 // nearest, the lowest index among equals. A shallow tree adds the least latency to every piece.
-HostTree rootAtCentre(const std::vector<int>& parent) {
+HostTree rootAtCentre(const std::vector<int>& parent, const std::vector<int>& way) {
   const int h = static_cast<int>(parent.size());
   std::vector<std::vector<int>> adj(h);
   for (int v = 0; v < h; ++v)
@@ -82,39 +90,138 @@ HostTree rootAtCentre(const std::vector<int>& parent) {
   HostTree t;
   t.root = best;
   bfs(best, &t.parent);
+  // The way of a hop belongs to the edge, whichever end is the child now.
+  t.way.assign(h, 0);
+  for (int v = 0; v < h; ++v)
+    if (t.parent[v] >= 0) t.way[v] = parent[v] == t.parent[v] ? way[v] : way[t.parent[v]];
   finishTree(t);
   return t;
 }
 
-// cost[a * h + b]: what a hop from a to b costs under the gradient (port weights), infinite without a route.
-std::vector<double> hopCosts(const topo::LinkGraph& g, const std::vector<double>& grad) {
+// What each way of each hop costs under the gradient (port weights): cost[a * h + b][w] for a hop from a to b by
+// way w; no entry for hosts that share no fabric.
+using HopCosts = std::vector<std::vector<double>>;
+
+HopCosts hopCosts(const topo::LinkGraph& g, const std::vector<double>& grad) {
   const int h = g.nhosts();
-  std::vector<double> cost(static_cast<size_t>(h) * h, kInf);
+  HopCosts cost(static_cast<size_t>(h) * h);
   for (int a = 0; a < h; ++a)
-    for (int b = 0; b < h; ++b) {
-      const auto& route = g.route(a, b);
-      if (route.empty()) continue;
-      double c = 0;
-      for (const auto& r : route) c += r.share * (grad[2 * r.from] + grad[2 * r.to + 1]);
-      cost[static_cast<size_t>(a) * h + b] = c;
-    }
+    for (int b = 0; b < h; ++b)
+      for (const auto& way : g.waysOf(a, b)) {
+        double c = 0;
+        for (const auto& r : way.rails) c += r.share * (grad[2 * r.from] + grad[2 * r.to + 1]);
+        cost[static_cast<size_t>(a) * h + b].push_back(c);
+      }
   return cost;
 }
 
-// The cheapest tree under the hop costs: Prim's algorithm, from `root` (kOut: edges away from it, kIn: towards it,
-// kBoth: both directions of a hop, then re-rooted at the centre).
-HostTree cheapestTree(int h, const std::vector<double>& cost, TreeUse use, int root) {
-  auto c = [&](int a, int b) {
-    const double ab = cost[static_cast<size_t>(a) * h + b], ba = cost[static_cast<size_t>(b) * h + a];
-    return use == TreeUse::kBoth ? ab + ba : use == TreeUse::kOut ? ab : ba;  // a in the tree, b joining
+// The cheapest spanning arborescence rooted at `root` (Chu-Liu/Edmonds): w[u * n + v] is what u costs as v's parent
+// (infinite: not allowed). Contracts the cycles the cheapest in-edges make, solves the smaller graph, and expands.
+// O(n^3): for the host counts where greedy trees leave too much on the table. Empty when some vertex cannot be
+// reached.
+std::vector<int> minArborescence(int n, int root, const std::vector<double>& w) {
+  std::vector<int> pre(n, -1);
+  for (int v = 0; v < n; ++v) {
+    if (v == root) continue;
+    for (int u = 0; u < n; ++u)
+      if (u != v && w[static_cast<size_t>(u) * n + v] < kInf &&
+          (pre[v] < 0 || w[static_cast<size_t>(u) * n + v] < w[static_cast<size_t>(pre[v]) * n + v]))
+        pre[v] = u;
+    if (pre[v] < 0) return {};
+  }
+  // Cycles among the chosen in-edges, each made one component; every other vertex a component of its own.
+  std::vector<int> comp(n, -1), seen(n, -1);
+  std::vector<char> onCycle(n, 0);
+  int ncomp = 0;
+  for (int v = 0; v < n; ++v) {
+    int u = v;
+    while (u != root && seen[u] < 0 && comp[u] < 0) {
+      seen[u] = v;
+      u = pre[u];
+    }
+    if (u != root && seen[u] == v && comp[u] < 0) {
+      for (int x = pre[u];; x = pre[x]) {
+        comp[x] = ncomp;
+        onCycle[x] = 1;
+        if (x == u) break;
+      }
+      ++ncomp;
+    }
+  }
+  if (ncomp == 0) return pre;
+  for (int v = 0; v < n; ++v)
+    if (comp[v] < 0) comp[v] = ncomp++;
+  // Entering a cycle at v replaces v's cycle edge: its cost counts what that saves.
+  std::vector<double> w2(static_cast<size_t>(ncomp) * ncomp, kInf);
+  std::vector<std::pair<int, int>> orig(static_cast<size_t>(ncomp) * ncomp, {-1, -1});
+  for (int u = 0; u < n; ++u)
+    for (int v = 0; v < n; ++v) {
+      const double c = w[static_cast<size_t>(u) * n + v];
+      if (u == v || comp[u] == comp[v] || !(c < kInf) || v == root) continue;
+      const double reduced = onCycle[v] ? c - w[static_cast<size_t>(pre[v]) * n + v] : c;
+      const size_t at = static_cast<size_t>(comp[u]) * ncomp + comp[v];
+      if (reduced < w2[at]) {
+        w2[at] = reduced;
+        orig[at] = {u, v};
+      }
+    }
+  const std::vector<int> parent2 = minArborescence(ncomp, comp[root], w2);
+  if (parent2.empty()) return {};
+  std::vector<int> parent = pre;
+  for (int c = 0; c < ncomp; ++c) {
+    if (parent2[c] < 0) continue;
+    const auto [u, v] = orig[static_cast<size_t>(parent2[c]) * ncomp + c];
+    parent[v] = u;
+  }
+  return parent;
+}
+
+constexpr int kExactTreeHosts = 32;  // up to this many hosts, directed trees are exact (Chu-Liu/Edmonds)
+
+// The cheapest tree under the hop costs, from `root` (kOut: edges away from it, kIn: towards it, kBoth: both
+// directions of a hop, then re-rooted at the centre), each hop by its cheapest way: Prim's algorithm, exact for
+// kBoth; for the directed uses Chu-Liu/Edmonds on clusters of up to kExactTreeHosts hosts, Prim (greedy) above.
+HostTree cheapestTree(int h, const HopCosts& cost, TreeUse use, int root) {
+  // The cheapest way between a (in the tree) and b (joining), and what it costs.
+  auto c = [&](int a, int b, int* way) {
+    const auto& ab = cost[static_cast<size_t>(a) * h + b];
+    const auto& ba = cost[static_cast<size_t>(b) * h + a];
+    double best = kInf;
+    for (size_t w = 0; w < ab.size() && w < ba.size(); ++w) {
+      const double x = use == TreeUse::kBoth ? ab[w] + ba[w] : use == TreeUse::kOut ? ab[w] : ba[w];
+      if (x < best) {
+        best = x;
+        *way = static_cast<int>(w);
+      }
+    }
+    return best;
   };
-  std::vector<int> parent(h, -1);
+  std::vector<int> parent(h, -1), way(h, 0);
+  if (use != TreeUse::kBoth && h <= kExactTreeHosts) {
+    std::vector<double> w(static_cast<size_t>(h) * h, kInf);
+    std::vector<int> wayOf(static_cast<size_t>(h) * h, 0);
+    for (int u = 0; u < h; ++u)
+      for (int v = 0; v < h; ++v)
+        if (u != v) w[static_cast<size_t>(u) * h + v] = c(u, v, &wayOf[static_cast<size_t>(u) * h + v]);
+    parent = minArborescence(h, root, w);
+    if (!parent.empty()) {
+      HostTree t;
+      t.root = root;
+      t.way.assign(h, 0);
+      for (int v = 0; v < h; ++v)
+        if (parent[v] >= 0) t.way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
+      t.parent = std::move(parent);
+      finishTree(t);
+      return t;
+    }
+    parent.assign(h, -1);
+  }
   std::vector<double> dist(h, kInf);
   std::vector<char> in(h, 0);
   in[root] = 1;
   for (int v = 0; v < h; ++v)
     if (!in[v]) {
-      dist[v] = c(root, v);
+      dist[v] = c(root, v, &way[v]);
       parent[v] = root;
     }
   for (int added = 1; added < h; ++added) {
@@ -122,35 +229,55 @@ HostTree cheapestTree(int h, const std::vector<double>& cost, TreeUse use, int r
     for (int v = 0; v < h; ++v)
       if (!in[v] && (next < 0 || dist[v] < dist[next])) next = v;
     in[next] = 1;
-    for (int v = 0; v < h; ++v)
-      if (!in[v] && c(next, v) < dist[v]) {
-        dist[v] = c(next, v);
-        parent[v] = next;
+    for (int v = 0; v < h; ++v) {
+      int w = 0;
+      if (!in[v]) {
+        const double x = c(next, v, &w);
+        if (x < dist[v]) {
+          dist[v] = x;
+          parent[v] = next;
+          way[v] = w;
+        }
       }
+    }
   }
-  if (use == TreeUse::kBoth) return rootAtCentre(parent);
+  if (use == TreeUse::kBoth) return rootAtCentre(parent, way);
   HostTree t;
   t.root = root;
   t.parent = std::move(parent);
+  t.way = std::move(way);
   finishTree(t);
   return t;
 }
 
-// The mix being optimised: per root, distinct trees with weights, and their loads.
-struct Mix {
-  std::vector<std::vector<HostTree>> trees;
-  std::vector<std::vector<Load>> loads;
-  std::vector<std::vector<double>> weight;
-  std::vector<std::map<std::vector<int>, size_t>> index;  // parent vector (plus root) -> position
+// What a tree costs under the hop costs, hops out of the root (out) or into it.
+double treeCost(int h, const HopCosts& cost, const HostTree& t, bool out) {
+  double c = 0;
+  for (int v = 0; v < h; ++v) {
+    const int p = t.parent[v];
+    if (p >= 0) c += out ? cost[static_cast<size_t>(p) * h + v][t.way[v]] : cost[static_cast<size_t>(v) * h + p][t.way[v]];
+  }
+  return c;
+}
 
-  size_t add(int root, HostTree t, Load load) {
-    std::vector<int> key = t.parent;
-    key.push_back(t.root);
+// The mix being optimised: per root, distinct trees (kBoth: pairs of trees) with weights, and their loads.
+struct Mix {
+  std::vector<std::vector<WeightedTree>> trees;
+  std::vector<std::vector<Load>> loads;
+  std::vector<std::map<std::vector<int>, size_t>> index;  // the trees' parents, ways and roots -> position
+
+  size_t add(int root, WeightedTree t, Load load) {
+    std::vector<int> key;
+    for (const HostTree* x : {&t.tree, &t.down}) {
+      key.insert(key.end(), x->parent.begin(), x->parent.end());
+      key.insert(key.end(), x->way.begin(), x->way.end());
+      key.push_back(x->root);
+    }
     auto [it, fresh] = index[root].emplace(std::move(key), trees[root].size());
     if (fresh) {
+      t.weight = 0;
       trees[root].push_back(std::move(t));
       loads[root].push_back(std::move(load));
-      weight[root].push_back(0);
     }
     return it->second;
   }
@@ -212,8 +339,8 @@ void frankWolfe(const topo::LinkGraph& g, Mix& mix, const std::vector<double>& d
     for (size_t e = 0; e < L.size(); ++e) L[e] = (1 - step) * L[e] + step * D[e];
     for (size_t r = 0; r < demand.size(); ++r) {
       if (demand[r] <= 0) continue;
-      for (double& w : mix.weight[r]) w *= 1 - step;
-      mix.weight[r][chosen[r]] += step;
+      for (WeightedTree& t : mix.trees[r]) t.weight *= 1 - step;
+      mix.trees[r][chosen[r]].weight += step;
     }
   }
 }
@@ -222,11 +349,25 @@ Load totalLoad(const Mix& mix, const std::vector<double>& demand, size_t size) {
   Load L(size, 0.0);
   for (size_t r = 0; r < demand.size(); ++r)
     for (size_t t = 0; t < mix.trees[r].size(); ++t)
-      for (size_t e = 0; e < size; ++e) L[e] += demand[r] * mix.weight[r][t] * mix.loads[r][t][e];
+      for (size_t e = 0; e < size; ++e) L[e] += demand[r] * mix.trees[r][t].weight * mix.loads[r][t][e];
   return L;
 }
 
 }  // namespace
+
+// The roots an allreduce's reduction may end at (every host; on large clusters the 16 with the most NIC rate, which
+// keeps a round's tree searches bounded).
+std::vector<int> allreduceRoots(const topo::LinkGraph& g) {
+  std::vector<int> roots(g.nhosts());
+  for (int v = 0; v < g.nhosts(); ++v) roots[v] = v;
+  constexpr size_t kMostRoots = 16;
+  if (roots.size() > kMostRoots) {
+    std::stable_sort(roots.begin(), roots.end(),
+                     [&](int a, int b) { return g.hostEgressGBps(a) > g.hostEgressGBps(b); });
+    roots.resize(kMostRoots);
+  }
+  return roots;
+}
 
 Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demandIn) {
   const int h = g.nhosts();
@@ -236,20 +377,35 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   Mix mix;
   mix.trees.resize(roots);
   mix.loads.resize(roots);
-  mix.weight.resize(roots);
   mix.index.resize(roots);
-  auto treeRoot = [&](int r) { return use == TreeUse::kBoth ? 0 : r; };
+  const std::vector<int> reduceRoots = use == TreeUse::kBoth ? allreduceRoots(g) : std::vector<int>{};
   // Start from the trees that are cheapest by rate alone, all weight on them.
-  std::vector<double> costs(size);
-  for (size_t e = 0; e < size; ++e) costs[e] = 1 / g.ports[e / 2].gbps;
-  costs = hopCosts(g, costs);
+  std::vector<double> byRate(size);
+  for (size_t e = 0; e < size; ++e) byRate[e] = 1 / g.ports[e / 2].gbps;
+  HopCosts costs = hopCosts(g, byRate);
+  // The cheapest tree (kBoth: pair of trees) of root r under the current costs, added to the mix.
   auto searchTree = [&](int r) {
-    HostTree t = cheapestTree(h, costs, use, treeRoot(r));
-    Load l = treeLoad(g, use, t);
-    return mix.add(r, std::move(t), std::move(l));
+    WeightedTree best;
+    if (use != TreeUse::kBoth) {
+      best.tree = cheapestTree(h, costs, use, r);
+    } else {
+      // One tree both ways, or the best tree into a host and the best out of it.
+      best.tree = best.down = cheapestTree(h, costs, TreeUse::kBoth, 0);
+      double bestCost = treeCost(h, costs, best.tree, false) + treeCost(h, costs, best.down, true);
+      for (int root : reduceRoots) {
+        WeightedTree pair{cheapestTree(h, costs, TreeUse::kIn, root), cheapestTree(h, costs, TreeUse::kOut, root), 0};
+        const double c = treeCost(h, costs, pair.tree, false) + treeCost(h, costs, pair.down, true);
+        if (c < bestCost * (1 - 1e-9)) {
+          bestCost = c;
+          best = std::move(pair);
+        }
+      }
+    }
+    Load l = treeLoad(g, use, best);
+    return mix.add(r, std::move(best), std::move(l));
   };
   for (size_t r = 0; r < roots; ++r)
-    if (demand[r] > 0) mix.weight[r][searchTree(static_cast<int>(r))] = 1;
+    if (demand[r] > 0) mix.trees[r][searchTree(static_cast<int>(r))].weight = 1;
   Load L = totalLoad(mix, demand, size);
   frankWolfe(
       g, mix, demand, L, kRounds, [&](const std::vector<double>& grad) { costs = hopCosts(g, grad); }, searchTree);
@@ -259,24 +415,23 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
     if (demand[r] <= 0) continue;
     std::vector<size_t> order(mix.trees[r].size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return mix.weight[r][a] > mix.weight[r][b]; });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return mix.trees[r][a].weight > mix.trees[r][b].weight; });
     std::vector<size_t> kept;
     for (size_t i : order)
-      if (kept.size() < keep && (kept.empty() || mix.weight[r][i] >= kMinWeight)) kept.push_back(i);
+      if (kept.size() < keep && (kept.empty() || mix.trees[r][i].weight >= kMinWeight)) kept.push_back(i);
     std::sort(kept.begin(), kept.end());
-    std::vector<HostTree> trees;
+    std::vector<WeightedTree> trees;
     std::vector<Load> loads;
-    std::vector<double> weights;
     double total = 0;
-    for (size_t i : kept) total += mix.weight[r][i];
+    for (size_t i : kept) total += mix.trees[r][i].weight;
     for (size_t i : kept) {
       trees.push_back(std::move(mix.trees[r][i]));
+      trees.back().weight /= total;
       loads.push_back(std::move(mix.loads[r][i]));
-      weights.push_back(mix.weight[r][i] / total);
     }
     mix.trees[r] = std::move(trees);
     mix.loads[r] = std::move(loads);
-    mix.weight[r] = std::move(weights);
   }
   L = totalLoad(mix, demand, size);
   std::vector<double> grad;
@@ -301,10 +456,10 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   p.demand = demand;
   p.byRoot.resize(roots);
   for (size_t r = 0; r < roots; ++r)
-    for (size_t t = 0; t < mix.trees[r].size(); ++t) {
-      if (mix.weight[r][t] < 1e-9) continue;
-      p.byRoot[r].push_back({std::move(mix.trees[r][t]), mix.weight[r][t]});
-      p.maxDepth = std::max(p.maxDepth, p.byRoot[r].back().tree.depth);
+    for (WeightedTree& wt : mix.trees[r]) {
+      if (wt.weight < 1e-9) continue;
+      p.maxDepth = std::max({p.maxDepth, wt.tree.depth, wt.down.depth});
+      p.byRoot[r].push_back(std::move(wt));
     }
   for (auto& list : p.byRoot) {  // weights of a root sum to 1 exactly
     double total = 0;
@@ -319,7 +474,7 @@ std::vector<double> portLoads(const topo::LinkGraph& g, const Packing& p) {
   Load L(2 * g.ports.size(), 0.0);
   for (size_t r = 0; r < p.byRoot.size(); ++r)
     for (const WeightedTree& wt : p.byRoot[r]) {
-      const Load l = treeLoad(g, p.use, wt.tree);
+      const Load l = treeLoad(g, p.use, wt);
       for (size_t e = 0; e < L.size(); ++e) L[e] += p.demand[r] * wt.weight * l[e];
     }
   return L;

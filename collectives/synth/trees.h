@@ -6,8 +6,9 @@
 // (topology/bounds.h) say how close to optimal it is.
 //
 // Three uses:
-//   kBoth  allreduce: a tree carries its share up to a root (reduction) and back down (result), so every hop loads
-//          both directions; the root is the tree's centre
+//   kBoth  allreduce: a share goes up a tree to a root (reduction) and back down a tree from it (result): the same
+//          tree both ways (rooted at its centre), or, where that is cheaper, the best tree into some host and the
+//          best tree out of it (a reduce-scatter and an allgather with that host owning the share)
 //   kOut   broadcast, allgather: trees directed away from a given root host
 //   kIn    reduce, reduce-scatter: trees directed towards a given root host
 //
@@ -29,12 +30,14 @@ enum class TreeUse { kBoth, kOut, kIn };
 struct HostTree {
   int root = 0;
   std::vector<int> parent;                 // per host; -1 at the root
+  std::vector<int> way;                    // per host: which of LinkGraph::waysOf its hops to and from its parent take
   std::vector<std::vector<int>> children;  // per host, ascending
   int depth = 0;                           // hops from the root to the farthest host
 };
 
 struct WeightedTree {
-  HostTree tree;
+  HostTree tree;      // kOut: the tree out of the root; kIn and kBoth: the tree into it (child to parent)
+  HostTree down;      // kBoth: the tree the result goes back out along (parent to child)
   double weight = 0;  // share of its root's data; a root's weights sum to 1
 };
 

@@ -3,8 +3,10 @@
 //   hetcomm-run -np 4 [-x NAME[=VALUE]]... [--no-prefix] [--grace SEC] [--] program [args...]
 //   hetcomm-run --cluster clusters/mixed-4x2.json [--ranks-per-host K] [...] program [args...]
 //
-// With --cluster, the ranks run on an emulated cluster (scripts/emulate-cluster.sh up): rank r on host r / K,
-// inside that host's network namespace, with HETCOMM_HOSTID and HETCOMM_TOPO_FILE saying where it is.
+// With --cluster, the ranks run on an emulated cluster (scripts/emulate-cluster.sh up): hosts take their ranks in
+// file order, each as many as the cluster file gives it (its "ranks", else "ranksPerHost"; --ranks-per-host K
+// for every host), each rank inside its host's network namespace, with HETCOMM_HOSTID and HETCOMM_TOPO_FILE
+// saying where it is.
 //
 // The launcher hosts the job's rendezvous store itself and tells each rank where it is through HETCOMM_* variables
 // (HETCOMM_STORE=external), so no rank has to be special. It merges the ranks' output as "[rank] " lines, forwards
@@ -90,7 +92,8 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
   app.add_option("--cluster", opts.cluster,
                  "Run on an emulated cluster (scripts/emulate-cluster.sh up FILE): each rank in its host's network "
                  "namespace");
-  app.add_option("--ranks-per-host", opts.ranksPerHost, "With --cluster: ranks per host (default: the file's)")
+  app.add_option("--ranks-per-host", opts.ranksPerHost,
+                 "With --cluster: ranks on every host (default: each host's own count in the file)")
       ->check(CLI::Range(1, 4096));
   app.add_option("-x", opts.exports, "Export NAME=VALUE, or NAME from this environment, to every rank (repeatable)")
       ->expected(1)
@@ -267,17 +270,27 @@ int launch(int argc, char** argv) {
       std::fprintf(stderr, "hetcomm-run: %s\n", std::string(cluster.error().message()).c_str());
       return kUsageExit;
     }
-    const int k = opts.ranksPerHost ? opts.ranksPerHost : cluster->ranksPerHost;
-    const int capacity = k * static_cast<int>(cluster->hosts.size());
+    // Rank r runs on the host whose share of ranks (its own count, or --ranks-per-host for every host) holds r,
+    // hosts filled in file order.
+    std::vector<int> hostOfRank, localOfRank, perHost;
+    for (const EmulatedHost& h : cluster->hosts) perHost.push_back(opts.ranksPerHost ? opts.ranksPerHost : h.ranks);
+    for (size_t h = 0; h < perHost.size(); ++h)
+      for (int k = 0; k < perHost[h]; ++k) {
+        hostOfRank.push_back(static_cast<int>(h));
+        localOfRank.push_back(k);
+      }
+    const int capacity = static_cast<int>(hostOfRank.size());
     if (opts.nranks == 0) opts.nranks = capacity;
     if (opts.nranks > capacity) {
-      std::fprintf(stderr, "hetcomm-run: -np %d does not fit cluster %s: %zu hosts x %d ranks per host\n",
-                   opts.nranks, cluster->name.c_str(), cluster->hosts.size(), k);
+      std::fprintf(stderr, "hetcomm-run: -np %d does not fit cluster %s: its %zu hosts hold %d ranks\n", opts.nranks,
+                   cluster->name.c_str(), cluster->hosts.size(), capacity);
       return kUsageExit;
     }
     for (int rank = 0; rank < opts.nranks; ++rank) {
-      const EmulatedHost& h = cluster->hosts[rank / k];
-      Placement at{rank % k, std::min(k, opts.nranks - rank / k * k), h.storeAddr, h.name, cluster->topoFile};
+      const int host = hostOfRank[rank];
+      const EmulatedHost& h = cluster->hosts[host];
+      const int used = static_cast<int>(std::count(hostOfRank.begin(), hostOfRank.begin() + opts.nranks, host));
+      Placement at{localOfRank[rank], used, h.storeAddr, h.name, cluster->topoFile};
       placement.push_back(at);
       int fd = open(("/run/netns/" + h.netns).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {

@@ -33,11 +33,12 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
     : owner(o), sock(std::move(s)), index(i), fd_(sock.native_handle()), staging(kStagingBytes) {}
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
-                             std::vector<std::string> via, std::vector<double> weights)
+                             std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths)
     : epollFd_(epollFd), myRank_(myRank), peer_(peer) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
-    if (i < weights.size() && weights[i] > 0) s->weight = weights[i];
+    if (i < weights.size() && weights[i] >= 0) s->weight = weights[i];
+    if (i < paths.size()) s->path = paths[i];
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.ptr = s.get();
@@ -53,12 +54,17 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
     if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
   double total = 0;
   for (auto& s : streams_) total += s->weight;
-  multiPath_ = addrs.size() > 1;
+  // Only paths that share ordinary messages stripe them by weight.
+  std::vector<std::string> striped;
+  for (size_t i = 0; i < via.size() && i < streams_.size(); ++i)
+    if (streams_[i]->weight > 0 && std::find(striped.begin(), striped.end(), via[i]) == striped.end())
+      striped.push_back(via[i]);
+  multiPath_ = striped.size() > 1;
   for (const auto& a : addrs) {
     double share = 0;
     for (size_t i = 0; i < via.size() && i < streams_.size(); ++i)
       if (via[i] == a) share += streams_[i]->weight;
-    via_ += (via_.empty() ? "" : ", ") + a + (addrs.size() > 1 ? format(" (%.0f%%)", 100 * share / total) : "");
+    via_ += (via_.empty() ? "" : ", ") + a + (addrs.size() > 1 ? format(" (%.0f%%)", total > 0 ? 100 * share / total : 0.0) : "");
   }
 }
 
@@ -78,6 +84,19 @@ Status TcpConnection::peerGone() const {
 // ---- sending ----
 
 Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64_t tag) {
+  const bool anyStriped =
+      std::any_of(streams_.begin(), streams_.end(), [](const auto& s) { return s->weight > 0; });
+  return send(req, buf, tag, [&](const TcpStream& s) { return s.weight > 0 || !anyStriped; });
+}
+
+Status TcpConnection::isendOn(Request& req, std::span<const std::byte> buf, uint64_t tag, int path) {
+  const bool known = std::any_of(streams_.begin(), streams_.end(), [&](const auto& s) { return s->path == path; });
+  if (!known) return isend(req, buf, tag);
+  return send(req, buf, tag, [&](const TcpStream& s) { return s.path == path; });
+}
+
+template <class Use>
+Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_t tag, Use use) {
   req.state = Request::State::kPending;
   req.bytes = 0;
   if (!broken_.ok()) {
@@ -99,13 +118,13 @@ Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64
     // earlier one. Several paths (multi-rail): the socket given the fewest bytes per unit of weight, so every path
     // carries its share however fast each kernel buffer swallows data (by queued bytes alone the first socket
     // would look idle, its kernel buffer taking megabytes at once, and get everything).
-    TcpStream* s = streams_[0].get();
+    TcpStream* s = nullptr;
     auto load = [&](const TcpStream& t) {
-      return multiPath_ ? (t.assignedBytes + static_cast<double>(len)) / t.weight
-                        : static_cast<double>(t.queuedBytes);
+      return multiPath_ && t.weight > 0 ? (t.assignedBytes + static_cast<double>(len)) / t.weight
+                                        : static_cast<double>(t.queuedBytes);
     };
     for (auto& cand : streams_)
-      if (load(*cand) < load(*s)) s = cand.get();
+      if (use(*cand) && (!s || load(*cand) < load(*s))) s = cand.get();
     s->assignedBytes += static_cast<double>(len);
     FrameHeader h;
     h.len = static_cast<uint32_t>(len);

@@ -56,7 +56,8 @@ struct TcpStream {
   TcpConnection* owner;
   boost::asio::ip::tcp::socket sock;
   int index;
-  double weight = 1;         // share of large messages (multi-rail)
+  double weight = 1;         // share of large messages (multi-rail); 0: only messages sent over its path
+  int path = -1;             // Transport::Path::id of the address it reaches the peer at (-1: none listed)
   double assignedBytes = 0;  // payload bytes given to this socket so far: segments go where this / weight is least
   int fd_;
 
@@ -74,13 +75,16 @@ struct TcpStream {
 
 class TcpConnection final : public Connection {
  public:
-  // via[i]: the address at the peer's end of socket i; weights[i]: its share of large messages (multi-rail).
+  // via[i]: the address at the peer's end of socket i; weights[i]: its share of large messages (multi-rail), 0
+  // for a socket that carries only messages sent over its path; paths[i]: that path's id (isendOn), -1 if none.
   TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
-                std::vector<std::string> via, std::vector<double> weights);
+                std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths = {});
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }
   Status isend(Request& req, std::span<const std::byte> buf, uint64_t tag) override;
+  // Over the sockets of that path only (all striped ones when it has none).
+  Status isendOn(Request& req, std::span<const std::byte> buf, uint64_t tag, int path) override;
   Status irecv(Request& req, std::span<std::byte> buf, uint64_t tag) override;
   void sendAbort(std::string_view reason) noexcept override;
   void close(const Status& why) noexcept override;
@@ -105,6 +109,9 @@ class TcpConnection final : public Connection {
     std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
+  // Cuts buf into segments over the sockets `use` accepts.
+  template <class Use>
+  Status send(Request& req, std::span<const std::byte> buf, uint64_t tag, Use use);
   void flush(TcpStream& s);
   void setWantWrite(TcpStream& s, bool want);
 

@@ -257,11 +257,11 @@ asio::awaitable<void> acceptLoop(ConnectState& st, tcp::acceptor& acceptor) {
 }  // namespace
 
 std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via) {
-  double unknown = 1;  // a socket on no listed path counts as the slowest listed one
-  if (!paths.empty())
-    unknown = std::min_element(paths.begin(), paths.end(), [](const auto& a, const auto& b) {
-                return a.weight < b.weight;
-              })->weight;
+  // A socket on no listed path counts as the slowest listed path that shares messages (1 when none does).
+  double unknown = 0;
+  for (const Transport::Path& p : paths)
+    if (p.weight > 0 && (unknown == 0 || p.weight < unknown)) unknown = p.weight;
+  if (unknown == 0) unknown = 1;
   std::vector<double> weights;
   for (const auto& addr : via) {
     double w = unknown;
@@ -271,6 +271,17 @@ std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, con
     weights.push_back(w / static_cast<double>(std::count(via.begin(), via.end(), addr)));
   }
   return weights;
+}
+
+std::vector<int> socketPaths(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via) {
+  std::vector<int> ids;
+  for (const auto& addr : via) {
+    int id = -1;
+    for (const Transport::Path& path : paths)
+      if (path.address == addr) id = path.id;
+    ids.push_back(id);
+  }
+  return ids;
 }
 
 // ---- interfaces ----
@@ -394,18 +405,21 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
     HC_ASSIGN_OR_RETURN(PeerInfo info, decodeBlob(blobs[p], p));
     const bool sameHost = info.host == config_.hostId;
     // The paths the communicator chose for the pair first (the peer's address on each fabric it uses), then the
-    // peer's own order. With several paths (multi-rail), socket k starts with path k mod paths, so every rail
-    // carries its share of the sockets.
+    // peer's own order. With several paths that share messages (multi-rail), socket k starts with path k mod
+    // paths, so every rail carries its share of the sockets; each path that carries only messages sent over it
+    // (weight 0) gets one socket of its own after those.
     const std::vector<Path> paths = pathsTo(p);
-    std::vector<std::string> known;
+    std::vector<std::string> known, onPurpose;
     for (const Transport::Path& path : paths)
       if (std::find(info.addrs.begin(), info.addrs.end(), path.address) != info.addrs.end())
-        known.push_back(path.address);
+        (path.weight > 0 ? known : onPurpose).push_back(path.address);
     const int rails = std::max<int>(1, static_cast<int>(known.size()));
-    dialCount[p] = nsocks_ > 0 ? nsocks_ : std::max(sameHost ? kLocalSockets : kRemoteSockets, rails);
+    const int striped = nsocks_ > 0 ? nsocks_ : std::max(sameHost ? kLocalSockets : kRemoteSockets, rails);
+    dialCount[p] = std::min<int>(kMaxSockets, striped + (sameHost ? 0 : static_cast<int>(onPurpose.size())));
     for (int k = 0; k < dialCount[p]; ++k) {
       std::vector<std::string> addrs;
       if (sameHost && !ifnameForced_) addrs.push_back("127.0.0.1");
+      if (k >= striped) addrs.push_back(onPurpose[k - striped]);
       for (size_t i = 0; i < known.size(); ++i) addrs.push_back(known[(k + i) % known.size()]);
       for (const auto& a : info.addrs)
         if (std::find(addrs.begin(), addrs.end(), a) == addrs.end()) addrs.push_back(a);
@@ -458,7 +472,9 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
     }
     std::vector<std::string> via(st.via[p].begin(), st.via[p].begin() + count);
     std::vector<double> weights = socketWeights(pathsTo(p), via);
-    auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), std::move(via), std::move(weights));
+    std::vector<int> ids = socketPaths(pathsTo(p), via);
+    auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), std::move(via), std::move(weights),
+                                                std::move(ids));
     HC_TRACE(Net, "tcp: %s", conn->describe().c_str());
     conns[p] = std::move(conn);
   }

@@ -34,9 +34,11 @@ Result<std::vector<Interface>> selectInterfaces(const std::string& spec);
 bool interfaceMatches(const std::string& spec, const std::string& ifname);
 
 // Each socket's share of a connection's large messages: its path's weight (by the address at the peer's end),
-// split evenly among the sockets on that path. Sockets on no listed path count as the slowest path. (Exposed for
-// tests.)
+// split evenly among the sockets on that path; 0 on a path that carries only messages sent over it (isendOn).
+// Sockets on no listed path count as the slowest path that shares messages. (Exposed for tests.)
 std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via);
+// Each socket's path id (Transport::Path::id) by the address at the peer's end; -1 for one on no listed path.
+std::vector<int> socketPaths(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via);
 
 class TcpTransport final : public Transport {
  public:
