@@ -481,13 +481,22 @@ std::vector<double> portLoads(const topo::LinkGraph& g, const Packing& p) {
 }
 
 std::string Packing::describe(const topo::LinkGraph& g) const {
+  auto edges = [&](const HostTree& t, const char* arrow) {
+    std::string e;
+    for (int v = 0; v < static_cast<int>(t.parent.size()); ++v)
+      if (t.parent[v] >= 0) {
+        const int path = g.waysOf(t.parent[v], v)[t.way[v]].path;
+        e += format(" %s%s%s", g.hosts[v].name.c_str(), arrow, g.hosts[t.parent[v]].name.c_str());
+        if (path >= 0) e += format("(path %d)", path);
+      }
+    return e;
+  };
   std::string out;
   for (size_t r = 0; r < byRoot.size(); ++r)
     for (const WeightedTree& wt : byRoot[r]) {
-      out += format("root %s weight %.3f:", g.hosts[wt.tree.root].name.c_str(), wt.weight);
-      for (int v = 0; v < static_cast<int>(wt.tree.parent.size()); ++v)
-        if (wt.tree.parent[v] >= 0)
-          out += format(" %s-%s", g.hosts[wt.tree.parent[v]].name.c_str(), g.hosts[v].name.c_str());
+      out += format("root %s weight %.3f:%s", g.hosts[wt.tree.root].name.c_str(), wt.weight,
+                    edges(wt.tree, use == TreeUse::kOut ? "<-" : "->").c_str());
+      if (use == TreeUse::kBoth) out += format("; down:%s", edges(wt.down, "<-").c_str());
       out += "\n";
     }
   return out + format("bottleneck %.4g us per byte of demand\n", usPerByte);
