@@ -15,8 +15,9 @@
 # A host's "ranks" is its own rank count (default ranksPerHost, itself 1 by default).
 # kind is ib | roce | eth (what the topology file declares; the link itself is a veth), rateMbps the shaped rate,
 # fabric the name of the bridge the NIC hangs on. Fabric number f gets the subnet 10.S.f.0/24 (S from the
-# cluster's name), host number i the address .(i+1) there, and the bridge .254 (the rendezvous store listens on
-# it, in the root namespace; the root namespace never routes between fabrics).
+# cluster's name, moved past any another cluster that is up holds), host number i the address .(i+1) there, and
+# the bridge .254 (the rendezvous store listens on it, in the root namespace; the root namespace never routes
+# between fabrics).
 #
 # `up` is idempotent: when the cluster is already up it says so; a half-built one is removed and rebuilt.
 # State lives in /run/hetcomm-emulate/NAME.json, the topology file in /run/hetcomm-emulate/NAME.topo.json
@@ -98,10 +99,36 @@ def load_cluster(path):
     return c
 
 
+def subnets_in_use(except_name):
+    """Second octets of the subnets other emulated clusters that are up hold."""
+    used = set()
+    if os.path.isdir(STATE_DIR):
+        for f in os.listdir(STATE_DIR):
+            if not f.endswith(".json") or f.endswith(".topo.json"):
+                continue
+            try:
+                with open(os.path.join(STATE_DIR, f)) as fh:
+                    p = json.load(fh)
+            except (OSError, ValueError):
+                continue
+            if p.get("name") != except_name:
+                used.update(int(fab["subnet"].split(".")[1]) for fab in p.get("fabrics", []))
+    return used
+
+
 def plan(c):
-    """Names and addresses for every object, derived from the cluster name only (so down finds them again)."""
+    """Names and addresses for every object. Names derive from the cluster name only (so down finds them again);
+    the subnets from it too, moved on past any that another cluster that is up holds (two clusters up at once must
+    not share addresses: the root namespace would route one's traffic into the other)."""
     cid = hashlib.sha1(c["name"].encode()).hexdigest()[:5]
+    used = subnets_in_use(c["name"])
     second = 200 + int(cid, 16) % 50
+    for step in range(50):
+        if second not in used:
+            break
+        second = 200 + (second - 200 + 1) % 50
+    else:
+        die("all 50 subnets 10.200-249.x.x are held by emulated clusters that are up; take some down")
     fabrics = []
     for h in c["hosts"]:
         for n in h["nics"]:
