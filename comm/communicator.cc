@@ -630,7 +630,7 @@ void Communicator::checkPrediction(const Op& op, double seconds) {
   }
   if (++contradictions_ < kStrikes) return;
   Status st = dropProbeCache(probeCacheFile_);
-  HC_WARN("%s took %.0f us against the %.0f us predicted from the link figures cached in %s, %d times in a row: "
+  HC_INFO(Init, "%s took %.0f us against the %.0f us predicted from the link figures cached in %s, %d times in a row: "
           "%s; the next communicator init measures the links again",
           op.args.describe().c_str(), seconds * 1e6, op.predictedUs, probeCacheFile_.c_str(), kStrikes,
           st.ok() ? "dropped the cache" : std::string(st.message()).c_str());

@@ -21,8 +21,9 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
 //             one rank's block)
 //   local     per rank, over shared memory: the host's contributions in and results out (receiver's copy at the
 //             host's memory rate), and the reductions of the segments it owns (memoryUs)
-//   fill      one segment's way through the deepest tree and the host levels, each hop alpha plus the segment over
-//             the slowest link, once (the rest of the pieces follow in its wake)
+//   fill      one segment's way through the trees and the host levels, each hop alpha plus the segment over its own
+//             link, less the slowest hop, which the network term already counts (the other pieces follow in its
+//             wake)
 // The network and the local work overlap (different pieces), so the larger of the two counts.
 // dataBytes: what every host handles in all (the buffer; allgather and reduce-scatter: all blocks).
 double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
