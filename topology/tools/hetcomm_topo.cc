@@ -9,6 +9,8 @@
 //                                         (nominal, or measured with --probe): busbw and which cut binds
 //   hetcomm-topo --bound --cluster FILE   the same for a cluster file (clusters/*.json), without running it
 //   ... --bound-json FILE                 the bounds as JSON as well
+//   hetcomm-topo --random-cluster SEED    a random valid cluster file (2-8 hosts, 1-4 ranks each, 1-3 fabrics,
+//       [--max-hosts N --max-ranks K]     100-2000 Mbit/s), the same for a seed on every machine
 // A client of the public API (it gathers node descriptions with hetcommAllGather) plus the topology library.
 #include <hetcomm/hetcomm.h>
 
@@ -214,7 +216,19 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", clusterFile, "with --bound: a cluster file (clusters/*.json) instead of the running job");
   app.add_option("--size", sizeText, "with --bound: the collective's size in bytes (K/M/G suffixes; default 64M)");
   app.add_option("--bound-json", boundJson, "with --bound: also write the bounds as JSON to this file");
+  uint64_t seed = 0;
+  topo::RandomClusterLimits limits;
+  auto* random = app.add_option("--random-cluster", seed, "print a random valid cluster file drawn from this seed");
+  app.add_option("--max-hosts", limits.maxHosts, "with --random-cluster: at most this many hosts (default 8)")
+      ->check(CLI::Range(2, 1024));
+  app.add_option("--max-ranks", limits.maxRanksPerHost, "with --random-cluster: at most this many ranks per host (default 4)")
+      ->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
+  if (random->count()) {
+    limits.minHosts = std::min(limits.minHosts, limits.maxHosts);
+    std::printf("%s", topo::clusterSpecJson(topo::randomClusterSpec(seed, limits)).c_str());
+    return 0;
+  }
   double size = 0;
   {
     char* end = nullptr;
