@@ -14,11 +14,14 @@
 #   ALGO   with --algos ALGO,...: the same as auto with -x HETCOMM_ALGO=ALGO, for each one (e.g. --algos rd,hier:
 #          every allreduce algorithm's predicted against measured time)
 # busbw is recomputed from the time column (us), which has more digits than the GB/s ones at these rates.
-# Prints median (min-max) busbw, the algorithm and predicted time per row, the ratios, and the best-schedule
-# bound derived from the link rates (perf/README.md explains it; allreduce only): cuts of the cluster (each host,
-# each island of hosts joined by RDMA fabrics) each carry at least the whole buffer each way, so time >= bytes /
-# slowest cut. busbw follows nccl-tests: allreduce bytes/time * 2(n-1)/n, allgather and reducescatter (n-1)/n,
-# broadcast and reduce 1 (sizes are the whole buffer, as in nccl-tests). hetcomm runs blocking (-z 1): each
+# Prints median (min-max) busbw, the algorithm and predicted time per row, the ratios, and the collective's lower
+# bound from the link rates (hetcomm-topo --bound on the cluster file: max-flow cut bounds and, for allreduce, the
+# aggregate bound; perf/README.md explains them), with auto's busbw as a fraction of it. busbw follows nccl-tests:
+# allreduce bytes/time * 2(n-1)/n, allgather and reducescatter (n-1)/n, broadcast and reduce 1 (sizes are the
+# whole buffer, as in nccl-tests).
+# --scale F runs a copy of the cluster with every NIC's rate times F (and its bound likewise): two cores push only
+# so much through veths (perf/README.md measures it), and a cluster whose traffic stays under that ceiling measures
+# the schedule, not the emulator. hetcomm runs blocking (-z 1): each
 # call is timed on its own, which is what the cost model predicts and what Gloo's calls do; queued calls would
 # overlap one call's last levels with the next one's first (at 1 MiB, 20 % faster than one call alone).
 # Broadcast and reduce run with --barrier-each 1 -a 3: each call from a common start, the time of the slowest
@@ -27,7 +30,7 @@
 #
 # Usage: perf/compare/run-emulated.sh [--cluster clusters/mixed-4x2.json] [--coll allreduce] [--rounds 3]
 #                                     [--iters 3] [--small-iters 20] [--warmup 1] [--algos ALGO,...]
-#                                     [--no-gloo] [--keep-up] [--json FILE] [--timeout 900]
+#                                     [--no-gloo] [--keep-up] [--scale F] [--json FILE] [--timeout 900]
 # Needs root (network namespaces); brings the cluster up if it is not, and down again unless --keep-up or it was
 # already up.
 set -euo pipefail
@@ -48,6 +51,7 @@ BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 SIZES="1048576,67108864"
 COLL=allreduce
 TIMING=()  # how perf times a call; rooted collectives override it (see the comment above)
+SCALE=1
 
 die() { echo "run-emulated: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
@@ -66,6 +70,7 @@ while [[ $# -gt 0 ]]; do
     --algos) IFS=, read -r -a EXTRA_ALGOS <<<"${2:?}"; shift 2 ;;
     --no-gloo) RUN_GLOO=0; shift ;;
     --keep-up) KEEP_UP=1; shift ;;
+    --scale) SCALE=${2:?}; shift 2 ;;
     --json) JSON_OUT=${2:?}; shift 2 ;;
     --timeout) TIMEOUT_S=${2:?}; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -89,13 +94,29 @@ for a in "${EXTRA_ALGOS[@]}"; do
   [[ $a =~ ^[a-z0-9_-]+$ && $a != auto && $a != gloo && $a != "$FLAT" ]] \
     || die "--algos: '$a' is not a hetcomm algorithm name other than auto and $FLAT (which always run)"
 done
+[[ $SCALE =~ ^[0-9]*\.?[0-9]+$ ]] && python3 -c "import sys; sys.exit(not 0 < float('$SCALE') <= 1)" \
+  || die "--scale must be a number in (0, 1]"
 RUN=$BUILD/bin/hetcomm-run
-for b in "$RUN" "$BUILD/bin/$PERF"; do [[ -x $b ]] || die "missing $b (build first)"; done
-cluster_up "$CLUSTER" "$KEEP_UP"
-NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
-
+for b in "$RUN" "$BUILD/bin/$PERF" "$BUILD/bin/hetcomm-topo"; do [[ -x $b ]] || die "missing $b (build first)"; done
 CMP_DIR=$BUILD/compare
 mkdir -p "$CMP_DIR"
+if [[ $SCALE != 1 ]]; then  # a copy with every rate scaled, under a name of its own
+  scaled=$CMP_DIR/$(basename "$CLUSTER" .json)-x$SCALE.json
+  python3 - "$CLUSTER" "$SCALE" >"$scaled" <<'PY' || die "cannot scale $CLUSTER"
+import json, sys
+c = json.load(open(sys.argv[1]))
+f = float(sys.argv[2])
+c["name"] = f"{c['name']}-x{sys.argv[2]}"
+c["description"] = f"{c.get('description', '')} Rates scaled by {sys.argv[2]} (perf/compare/run-emulated.sh --scale)."
+for h in c["hosts"]:
+    for n in h["nics"]:
+        n["rateMbps"] = max(1, round(n["rateMbps"] * f))
+json.dump(c, sys.stdout, indent=1)
+PY
+  CLUSTER=$scaled
+fi
+cluster_up "$CLUSTER" "$KEEP_UP"
+NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
 GLOO_BIN=$CMP_DIR/gloo_allreduce
 if [[ $RUN_GLOO -eq 1 ]]; then
   dpkg -s libgloo-dev >/dev/null 2>&1 || apt-get install -y --no-install-recommends libgloo-dev >&2 \
@@ -115,7 +136,7 @@ if not shared:
 fab = sorted(shared)[0]
 for h in s["hosts"]:
     addr = next(n["addr"] for n in h["nics"] if n["fabric"] == fab)
-    for _ in range(s["ranksPerHost"]):
+    for _ in range(h.get("ranks", s["ranksPerHost"])):
         print(h["netns"], addr)
 PY
 )
@@ -123,6 +144,9 @@ NRANKS=${#PLACES[@]}
 
 LOG_DIR=$CMP_DIR/logs/emulated-$NAME-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$LOG_DIR"
+BIG=${SIZES##*,}
+"$BUILD/bin/hetcomm-topo" --bound --cluster "$CLUSTER" --size "$BIG" --bound-json "$LOG_DIR/bound.json" \
+  >"$LOG_DIR/bound.txt" || die "hetcomm-topo --bound failed (see $LOG_DIR/bound.txt)"
 SAMPLES=$LOG_DIR/samples.tsv  # peer size round time_us algorithm predicted_us
 : >"$SAMPLES"
 
@@ -192,45 +216,15 @@ done
 
 python3 - "$SAMPLES" "$STATE" "$JSON_OUT" "$ROUNDS" "$ITERS" "$WARMUP" "$LOG_DIR" "$COLL" "$FLAT" "$SMALL_ITERS" \
   "${TIMING[*]}" "${EXTRA_ALGOS[@]}" <<'PY'
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 samples, state, json_out, rounds, iters, warmup, log_dir, coll, flat, small_iters, timing = sys.argv[1:12]
 extra = [a for a in sys.argv[12:] if a not in ("auto", flat, "gloo")]
 # What the time column is: the average over ranks of back-to-back calls, or (rooted) the slowest rank's call.
 timing_note = "the slowest rank, each call from a barrier" if "--barrier-each" in timing else "average over ranks"
 s = json.load(open(state))
 hosts = s["hosts"]
-n = len(hosts) * s["ranksPerHost"]
-# Islands: hosts joined by an RDMA (ib, roce) fabric.
-parent = list(range(len(hosts)))
-def root(i):
-    while parent[i] != i:
-        i = parent[i]
-    return i
-fabric_hosts = {}
-for i, h in enumerate(hosts):
-    for nic in h["nics"]:
-        if nic["kind"] in ("ib", "roce"):
-            fabric_hosts.setdefault(nic["fabric"], []).append(i)
-for members in fabric_hosts.values():
-    for i in members[1:]:
-        parent[root(i)] = root(members[0])
-islands = {}
-for i in range(len(hosts)):
-    islands.setdefault(root(i), []).append(i)
-# A cut S carries at least the whole buffer each way; it can carry at most the rate of every NIC of S on a fabric
-# that also reaches a host outside S (per direction, full duplex).
-def cut_mbps(S):
-    out = 0
-    for i in S:
-        for nic in hosts[i]["nics"]:
-            if any(nic["fabric"] in {x["fabric"] for x in hosts[j]["nics"]} for j in range(len(hosts)) if j not in S):
-                out += nic["rateMbps"]
-    return out
-cuts = [("host " + hosts[i]["name"], [i]) for i in range(len(hosts))]
-if len(islands) > 1:
-    cuts += [("island " + "+".join(hosts[i]["name"] for i in m), m) for m in islands.values()]
-slowest = min(cuts, key=lambda c: cut_mbps(c[1]))
-cut_bytes_per_s = cut_mbps(slowest[1]) * 1e6 / 8
+n = sum(h.get("ranks", s["ranksPerHost"]) for h in hosts)
+bounds = json.load(open(os.path.join(log_dir, "bound.json")))
 
 data = {}
 for line in open(samples):
@@ -243,8 +237,7 @@ for line in open(samples):
 busf = {"allreduce": 2.0 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n}.get(coll, 1.0)
 def busbw(size, t_us):
     return size / (t_us * 1e-6) / 1e9 * busf
-print(f"\n{coll} float32 on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts, {len(islands)} "
-      f"island(s)); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations "
+print(f"\n{coll} float32 on emulated cluster {s['name']} ({n} ranks, {len(hosts)} hosts); busbw GB/s = bytes/time * {busf:.3f}, median (min-max) of {rounds} rounds of {iters} iterations "
       f"({small_iters} below 16 MiB); time: {timing_note}")
 print(f"{'peer':<8}{'size':>10}{'busbw':>28}{'time (us)':>14}{'algorithm':>11}{'predicted (us)':>16}{'pred/meas':>11}")
 summary = {}
@@ -264,14 +257,11 @@ big = max(data["auto"])
 ratios = {}
 a = summary["auto"][big]["busbw_median"]
 ratios[f"auto/{flat}"] = a / summary[flat][big]["busbw_median"]
-bound = None
-if coll == "allreduce":
-    bound_t = big / cut_bytes_per_s
-    bound_bw = busbw(big, bound_t * 1e6)
-    bound = {"cut": slowest[0], "cut_mbps": cut_mbps(slowest[1]), "time_s": bound_t, "busbw": bound_bw}
-    print(f"\nbest-schedule bound at {big >> 20} MiB: the slowest cut is {slowest[0]} ({cut_mbps(slowest[1])} Mbit/s "
-          f"each way): time >= {bound_t:.3f} s, busbw <= {bound_bw:.4f} GB/s")
-    ratios["auto/bound"] = a / bound_bw
+b = bounds[coll]
+bound = {"binding": b["binding"], "time_s": b["time_us"] * 1e-6, "busbw": b["busbw"]}
+print(f"\nbound at {big >> 20} MiB (hetcomm-topo --bound): time >= {bound['time_s']:.3f} s, busbw <= "
+      f"{bound['busbw']:.4f} GB/s; binds: {b['binding']}")
+ratios["auto/bound"] = a / bound["busbw"]
 if "gloo" in summary:
     ratios["auto/gloo"] = a / summary["gloo"][big]["busbw_median"]
 for k, v in ratios.items():

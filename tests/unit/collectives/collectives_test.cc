@@ -120,6 +120,11 @@ TEST(Collectives, SelectionHonoursForcedAlgorithmAndRejectsUnknown) {
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code(), Code::kInvalidArgument);
   EXPECT_NE(std::string(bad.error().message()).find("no-such-algorithm"), std::string::npos);
+  EXPECT_NE(std::string(bad.error().message()).find("auto, ring, hier, rd"), std::string::npos) << bad.error().message();
+  // "auto", the documented default, is the automatic choice.
+  auto automatic = selectAlgorithm(a, g, "auto");
+  ASSERT_TRUE(automatic);
+  EXPECT_EQ(automatic->algo, selectAlgorithm(a, g, "")->algo);
 }
 
 TEST(Collectives, EvenBlocksAndChunking) {
@@ -158,6 +163,25 @@ GroupView viewOf(const testing::SimTopology& t, int rank = 0, double alphaUs = 0
   g.bw = t.bw;
   g.alpha.assign(t.bw.size(), alphaUs);
   return g;
+}
+
+// A prepared group keeps the choice per (collective, size class): the same algorithm for sizes within a class,
+// whatever came first, so every rank chooses alike; the prediction is still for the size asked.
+TEST(Collectives, SelectionIsKeptPerSizeClass) {
+  GroupView g = viewOf(shape(4, 2, 2), 0, 10.0);
+  g.prepare();
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  GroupView fresh = viewOf(shape(4, 2, 2), 0, 10.0);
+  for (size_t count : {size_t{1}, size_t{100}, size_t{1} << 12, size_t{1} << 16, size_t{1} << 20, size_t{1} << 24}) {
+    a.count = count;
+    auto kept = selectAlgorithm(a, g, "");
+    auto again = selectAlgorithm(a, g, "");
+    ASSERT_TRUE(kept && again);
+    EXPECT_EQ(kept->algo, again->algo);
+    EXPECT_EQ(kept->algo, selectAlgorithm(a, fresh, "")->algo) << count;
+    EXPECT_DOUBLE_EQ(kept->predictedUs, kept->algo->estimateUs(a, g));
+  }
 }
 
 constexpr CollKind kHierKinds[] = {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter,
@@ -342,10 +366,13 @@ TEST(Collectives, HierEstimateIsTheMeanOfEachRanksCriticalPath) {
   const double host = mib / 10e3, fast = mib / 2 / 0.5e3, slow = mib / 2 / 0.25e3, cross = mib / 4 / 0.05e3;
   const double crossDone = host / 2 + slow / 2 + cross;  // the cross level starts when island 1 is ready
   const double island0 = crossDone + fast / 2 + host / 2, island1 = crossDone + slow / 2 + host / 2;
-  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), (island0 + island1) / 2, 1e-6);
+  // Plus the reductions: each level's reduce-scatter reduces half of what reaches it (1/2 + 1/4 + 1/8 MiB), at the
+  // nominal reduction rate (no memory rates are known here).
+  const double reduce = 0.875 * mib / (GroupView::kNominalReduceGBps * 1e3);
+  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), (island0 + island1) / 2 + reduce, 1e-6);
   // Equal islands: every rank's path is the sum of the levels.
   g.bw = shape(4, 2, 2).bw;
-  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), host + fast + cross, 1e-6);
+  EXPECT_NEAR(hierAllReduce().estimateUs(a, g), host + fast + cross + reduce, 1e-6);
 }
 
 // Recursive doubling: each step at its slowest pair, where a host's ranks that all talk off the host at once share
@@ -355,12 +382,15 @@ TEST(Collectives, RecursiveDoublingEstimateSharesAHostsNic) {
   a.kind = CollKind::kAllReduce;
   a.count = 1 << 20;
   const double b = 4.0 * a.count;
+  // The memory work, at the nominal rates: the input copied into place, then three reductions of the whole buffer
+  // (one per step, or the hand-in and two steps).
+  const double memory = b / (GroupView::kNominalCopyGBps * 1e3) + 3 * b / (GroupView::kNominalReduceGBps * 1e3);
   // 4 hosts x 2 ranks, 2 islands: partners on the host (10 GB/s), in the island (1 GB/s, 2 ranks per NIC), across
   // (0.1 GB/s, 2 ranks per NIC).
   EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(4, 2, 2))),
-              b / 10e3 + 2 * b / 1e3 + 2 * b / 0.1e3, 1e-6);
+              b / 10e3 + 2 * b / 1e3 + 2 * b / 0.1e3 + memory, 1e-6);
   // 5 hosts of one rank: rank 4 hands in to rank 0 and gets the result back; two steps of 4 ranks.
-  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(5, 1, 1))), 4 * b / 1e3, 1e-6);
+  EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(5, 1, 1))), 4 * b / 1e3 + memory, 1e-6);
 }
 
 // Every rank selects on its own, so every rank must predict the same times, even where the islands' fabrics

@@ -120,5 +120,16 @@ TEST(SocketWeights, PathWeightSplitAmongItsSockets) {
   EXPECT_EQ(socketWeights({}, {"a", "b", "a"}), (std::vector<double>{0.5, 1, 0.5}));
 }
 
+// A path of weight 0 (a fabric a schedule sends over on purpose, Connection::isendOn) takes no share of ordinary
+// messages; a socket on no listed path counts as the slowest path that does. Every socket knows its path's id.
+TEST(SocketWeights, PathsForMessagesSentOnPurpose) {
+  std::vector<Transport::Path> paths{{"10.1.0.2", 1600, 0}, {"10.2.0.2", 800, 1}, {"10.3.0.2", 0, 2}};
+  EXPECT_EQ(socketWeights(paths, {"10.1.0.2", "10.2.0.2", "10.3.0.2", "192.168.0.2"}),
+            (std::vector<double>{1600, 800, 0, 800}));
+  EXPECT_EQ(socketPaths(paths, {"10.1.0.2", "10.3.0.2", "192.168.0.2", "10.1.0.2"}), (std::vector<int>{0, 2, -1, 0}));
+  // Only weight-0 paths: a socket on no listed path takes the ordinary messages at weight 1.
+  EXPECT_EQ(socketWeights({{"10.3.0.2", 0, 0}}, {"10.3.0.2", "10.9.0.9"}), (std::vector<double>{0, 1}));
+}
+
 }  // namespace
 }  // namespace hetcomm::transport::tcp
