@@ -35,7 +35,7 @@ constexpr uint64_t kStreamTag = 0xfffffff2ull << 32, kAckTag = 0xfffffff3ull << 
 constexpr int kWarmPings = 3, kPings = 20;
 constexpr int kShortStream = 2, kLongStream = 10;  // messages per bandwidth stream (see bandwidth())
 constexpr size_t kMinMsgBytes = 64 << 10, kMaxMsgBytes = 1 << 20;
-constexpr const char* kCacheMagic = "hetcomm-probe 2";  // 2: same-host streams out of cache
+constexpr const char* kCacheMagic = "hetcomm-probe 3";  // 2: same-host streams out of cache; 3: and both ways
 constexpr const char* kMemCacheMagic = "hetcomm-memory 1";
 // A repeat that differs by more than this is not trusted enough to cache.
 constexpr double kBwRepeatTolerance = 0.25, kAlphaRepeatRatio = 2.0, kMemRepeatTolerance = 0.2;
@@ -143,25 +143,41 @@ struct StreamBuffer {
 };
 
 // One stream: the initiator sends `count` messages and waits for the receiver's one-byte ack after the last;
-// returns the initiator's elapsed seconds (0 on the receiver). tagBase keeps streams apart.
+// returns the initiator's elapsed seconds (0 on the receiver). Both ways (bothWays): the receiver streams as many
+// messages back at the same time, and acks once it has sent and received them all. tagBase keeps streams apart.
 Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool initiator, StreamBuffer& buf,
-                      int count, uint64_t tagBase) {
+                      int count, uint64_t tagBase, bool bothWays) {
   std::byte ack[1]{};
-  std::vector<transport::Request> reqs(count);
+  std::vector<transport::Request> in(count), out(count);
   transport::Request ackReq;
-  std::vector<transport::Request*> all{&ackReq};
-  for (auto& r : reqs) all.push_back(&r);
+  std::vector<transport::Request*> mine;  // the requests this rank waits for before the ack
+  // The bytes are not looked at, only their arrival.
+  auto receive = [&] {
+    for (int k = 0; k < count; ++k) {
+      HC_TRY(c->irecv(in[k], buf.take(), kStreamTag | tagBase | k));
+      mine.push_back(&in[k]);
+    }
+    return okStatus();
+  };
+  auto send = [&] {
+    for (int k = 0; k < count; ++k) {
+      HC_TRY(c->isend(out[k], buf.take(), kStreamTag | tagBase | k));
+      mine.push_back(&out[k]);
+    }
+    return okStatus();
+  };
   if (initiator) {
     const double t0 = nowSec();
     HC_TRY(c->irecv(ackReq, ack, kAckTag | tagBase));
-    for (int k = 0; k < count; ++k) HC_TRY(c->isend(reqs[k], buf.take(), kStreamTag | tagBase | k));
-    HC_TRY(waitAll(ctx, all, "a probe stream to be received"));
+    mine.push_back(&ackReq);
+    if (bothWays) HC_TRY(receive());
+    HC_TRY(send());
+    HC_TRY(waitAll(ctx, mine, "a probe stream to be received"));
     return nowSec() - t0;
   }
-  // The bytes are not looked at, only their arrival.
-  for (int k = 0; k < count; ++k) HC_TRY(c->irecv(reqs[k], buf.take(), kStreamTag | tagBase | k));
-  all.erase(all.begin());
-  HC_TRY(waitAll(ctx, all, "a probe stream"));
+  HC_TRY(receive());
+  if (bothWays) HC_TRY(send());
+  HC_TRY(waitAll(ctx, mine, "a probe stream"));
   HC_TRY(c->isend(ackReq, ack, kAckTag | tagBase));
   HC_TRY(waitAll(ctx, {&ackReq}, "a probe stream's ack to be sent"));
   return 0.0;
@@ -177,12 +193,15 @@ Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool in
 Result<Figure> bandwidth(const ProbeContext& ctx, transport::Connection* c, bool initiator, size_t msgBytes,
                          bool sameHost) {
   StreamBuffer buf(msgBytes, sameHost);
-  HC_ASSIGN_OR_RETURN(double warm, stream(ctx, c, initiator, buf, buf.warmMessages(kShortStream), 0ull << 16));
+  // Between ranks of one host both directions share the host's cores (a transport's copies run on them), and a
+  // collective's ranks send and receive at once: the streams go both ways, and the figure is per direction.
+  const bool both = sameHost;
+  HC_ASSIGN_OR_RETURN(double warm, stream(ctx, c, initiator, buf, buf.warmMessages(kShortStream), 0ull << 16, both));
   (void)warm;  // fills the pipe only
-  HC_ASSIGN_OR_RETURN(double shortA, stream(ctx, c, initiator, buf, kShortStream, 1ull << 16));
-  HC_ASSIGN_OR_RETURN(double longA, stream(ctx, c, initiator, buf, kLongStream, 2ull << 16));
-  HC_ASSIGN_OR_RETURN(double shortB, stream(ctx, c, initiator, buf, kShortStream, 3ull << 16));
-  HC_ASSIGN_OR_RETURN(double longB, stream(ctx, c, initiator, buf, kLongStream, 4ull << 16));
+  HC_ASSIGN_OR_RETURN(double shortA, stream(ctx, c, initiator, buf, kShortStream, 1ull << 16, both));
+  HC_ASSIGN_OR_RETURN(double longA, stream(ctx, c, initiator, buf, kLongStream, 2ull << 16, both));
+  HC_ASSIGN_OR_RETURN(double shortB, stream(ctx, c, initiator, buf, kShortStream, 3ull << 16, both));
+  HC_ASSIGN_OR_RETURN(double longB, stream(ctx, c, initiator, buf, kLongStream, 4ull << 16, both));
   // The quicker of each pair: a hiccup only ever adds time.
   const double shortS = std::min(shortA, shortB), longS = std::min(longA, longB);
   if (!initiator || longS - shortS < 20e-6) return Figure{};

@@ -4,8 +4,11 @@
 # algorithm forced (HETCOMM_ALGO), alternating in one run; and, for 2 ranks at 64 MiB, the default path against
 # Open MPI (vader over shared memory, the tcp BTL over loopback) and Gloo's ring over loopback.
 #
-# Each round runs, for every N in --nranks and T in --transports:
-#   auto    hetcomm-run -np N -x HETCOMM_TRANSPORT=T all_reduce_perf -b MIN -e MAX -f STEP -c 0 -n ITERS -w WARMUP
+# Each round runs, for every N in --nranks and T in --transports, in an order shuffled per round (a fixed order lets
+# the machine's drift favour whoever runs first):
+#   auto    hetcomm-run -np N -x HETCOMM_TRANSPORT=T all_reduce_perf -b MIN -e 1M -f STEP -c 0 -n SMALL_ITERS -w W,
+#           then the same from 2 MiB to MAX with -n ITERS (a call of a few microseconds varies by 2x from one run to
+#           the next on this machine: many iterations; a large one is long enough in itself)
 #   ALGO    the same with -x HETCOMM_ALGO=ALGO, for each ALGO in --algos (default: ring,rd, every allreduce algorithm
 #           that serves one host: hier and synth need two hosts)
 # then (--peers, the default) for 2 ranks at 64 MiB:
@@ -19,7 +22,8 @@
 # the ratios against them (criteria: >= 2.5 against vader, >= 1.2 against the better of Gloo and Open MPI's tcp).
 #
 # Usage: perf/compare/run-onehost.sh [--rounds 3] [--nranks 2,4] [--transports shm,tcp] [--algos ring,rd]
-#                                    [--min 8] [--max 256M] [--step 4] [--iters 10] [--warmup 3] [--no-peers]
+#                                    [--min 8] [--max 256M] [--step 2] [--iters 5] [--small-iters 200]
+#                                    [--warmup 3] [--no-peers]
 #                                    [--peer-iters 20] [--json FILE] [--timeout 900] [--wait-quiet SEC]
 set -euo pipefail
 
@@ -31,8 +35,9 @@ TRANSPORTS=shm,tcp
 ALGOS=ring,rd
 MIN=8
 MAX=256M
-STEP=4
-ITERS=10
+STEP=2
+ITERS=5
+SMALL_ITERS=200
 WARMUP=3
 PEERS=1
 PEER_ITERS=20
@@ -57,6 +62,7 @@ while [[ $# -gt 0 ]]; do
     --max) MAX=${2:?}; shift 2 ;;
     --step) STEP=${2:?}; shift 2 ;;
     --iters) ITERS=${2:?}; shift 2 ;;
+    --small-iters) SMALL_ITERS=${2:?}; shift 2 ;;
     --warmup) WARMUP=${2:?}; shift 2 ;;
     --no-peers) PEERS=0; shift ;;
     --peer-iters) PEER_ITERS=${2:?}; shift 2 ;;
@@ -67,7 +73,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "run-onehost: unknown argument: $1" >&2; usage 2 ;;
   esac
 done
-for v in ROUNDS ITERS PEER_ITERS TIMEOUT_S; do
+for v in ROUNDS ITERS SMALL_ITERS PEER_ITERS TIMEOUT_S; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"
 done
 [[ $WARMUP =~ ^[0-9]+$ && $WAIT_QUIET_S =~ ^[0-9]+$ ]] || die "--warmup and --wait-quiet take non-negative integers"
@@ -130,16 +136,21 @@ IFS=, read -r -a ALIST <<<"$ALGOS"
 for ((r = 1; r <= ROUNDS; r++)); do
   for n in "${NLIST[@]}"; do
     for t in "${TLIST[@]}"; do
-      for peer in auto "${ALIST[@]}"; do
+      mapfile -t order < <(printf '%s\n' auto "${ALIST[@]}" | shuf --random-source=<(yes "$r$n$t"))
+      for peer in "${order[@]}"; do
         algo=()
         [[ $peer == auto ]] || algo=(-x HETCOMM_ALGO="$peer")
-        log=$LOG_DIR/np$n.$t.$peer.round$r.log
-        [[ $WAIT_QUIET_S -eq 0 ]] || wait_quiet "$WAIT_QUIET_S" 15 >/dev/null
-        run_logged "$log" "$RUN" -np "$n" -x HETCOMM_TRANSPORT="$t" "${algo[@]}" "$BUILD/bin/all_reduce_perf" \
-          -b "$MIN" -e "$MAX" -f "$STEP" -c 0 -n "$ITERS" -w "$WARMUP"
-        rows "$n" "$t" "$peer" "$r" "$log"
+        for part in small large; do
+          log=$LOG_DIR/np$n.$t.$peer.$part.round$r.log
+          range=(-b "$MIN" -e 1M -n "$SMALL_ITERS")
+          [[ $part == small ]] || range=(-b 2M -e "$MAX" -n "$ITERS")
+          [[ $WAIT_QUIET_S -eq 0 ]] || wait_quiet "$WAIT_QUIET_S" 15 >/dev/null
+          run_logged "$log" "$RUN" -np "$n" -x HETCOMM_TRANSPORT="$t" "${algo[@]}" "$BUILD/bin/all_reduce_perf" \
+            "${range[@]}" -f "$STEP" -c 0 -w "$WARMUP"
+          rows "$n" "$t" "$peer" "$r" "$log"
+        done
       done
-      echo "run-onehost: round $r np $n $t done" >&2
+      echo "run-onehost: round $r np $n $t done (order ${order[*]})" >&2
     done
   done
   if [[ $PEERS -eq 1 ]]; then
