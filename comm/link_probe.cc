@@ -146,9 +146,8 @@ struct StreamBuffer {
 // One stream: the initiator sends `count` messages and waits for the receiver's one-byte ack after the last;
 // returns the initiator's elapsed seconds (0 on the receiver). Both ways (bothWays): the two exchange `count`
 // messages kExchangeWindow at a time each way, and the receiver acks after the last. One at a time: with two or more
-// in flight each way, loopback TCP stalls for tens of milliseconds now and then (0.3 instead of 2 GB/s here), as it
-// does under recursive doubling's whole-buffer exchanges, which the model prices separately; a ring's chunks do
-// not meet it. tagBase keeps streams apart.
+// in flight each way, loopback TCP stalls for tens of milliseconds now and then (0.3 instead of 2 GB/s here; see
+// perf/README.md). tagBase keeps streams apart.
 Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool initiator, StreamBuffer& buf,
                       int count, uint64_t tagBase, bool bothWays) {
   std::byte ack[1]{};
