@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "transports/buffer_pool.h"
 
 namespace hetcomm::transport::shm {
 
@@ -182,7 +183,7 @@ class ShmConnection final : public Connection {
     bool haveHeader = false, intoUser = false, complete = false, discard = false;
     bool cma = false;  // the data waits in the sender's memory at remote
     uint64_t remote = 0, total = 0, received = 0;
-    std::unique_ptr<std::byte[]> buf;
+    BufferPool::Lease buf;
     std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
@@ -216,6 +217,7 @@ class ShmConnection final : public Connection {
   Ring& in_;
   std::deque<Out> outq_;
   std::unordered_map<uint64_t, Request*> awaitingAck_;
+  BufferPool early_;  // before inbound_, whose leases return to it
   std::unordered_map<uint64_t, Inbound> inbound_;
   Status broken_;
   bool peerExited_ = false;
@@ -438,7 +440,7 @@ void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
         in.req = nullptr;
         in.discard = true;
       }
-      in.buf.reset(new std::byte[h.total ? h.total : 1]);
+      in.buf = early_.take(h.total);
     }
   }
   if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {

@@ -271,7 +271,7 @@ TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
         in.req->fail(sizeMismatch(peer_, h.total, h.tag, myRank_, in.user.size()));
         in.req = nullptr;
       }
-      in.buf.reset(new std::byte[h.total ? h.total : 1]);
+      in.buf = early_.take(h.total);
     }
   }
   if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {

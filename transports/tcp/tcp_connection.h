@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transports/buffer_pool.h"
 #include "transports/transport.h"
 
 namespace hetcomm::transport::tcp {
@@ -105,7 +106,7 @@ class TcpConnection final : public Connection {
     bool discard = false;  // its receive was refused (wrong size): read it and throw it away
     uint64_t total = 0;
     uint64_t received = 0;
-    std::unique_ptr<std::byte[]> buf;  // payload when not intoUser (uninitialised: every byte gets written)
+    BufferPool::Lease buf;  // payload when not intoUser (uninitialised: every byte gets written)
     std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
@@ -130,6 +131,7 @@ class TcpConnection final : public Connection {
   int peer_;
   std::string via_;
   std::vector<std::unique_ptr<TcpStream>> streams_;
+  BufferPool early_;  // before inbound_, whose leases return to it
   std::unordered_map<uint64_t, Inbound> inbound_;
   Status broken_;  // once set, every new request fails with it
   size_t eofStreams_ = 0;
