@@ -99,4 +99,32 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
   return std::max(network, local) + fill;
 }
 
+double SynthAlgorithm::estimateUs(const Args& a, const GroupView& g) const {
+  const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
+  const double flows = perRank() ? g.nranks : 1;
+  return synth::estimateUs(g, *packingFor(g, use(), rootHost(a, g)), mode(), bytes, bytes * flows, bytes);
+}
+
+Result<Schedule> SynthAlgorithm::plan(const Args& a, const GroupView& g) const {
+  auto packing = packingFor(g, use(), rootHost(a, g));
+  Schedule s = newSchedule(a, g);
+  prologue(a, g, s);
+  std::vector<Flow> flows;
+  for (int i = 0; i < (perRank() ? g.nranks : 1); ++i) flows.push_back(flow(a, g, *packing, i));
+  emitFlows(s, g, *g.graph, *packing, mode(), flows);
+  return s;
+}
+
+Flow wholeBuffer(const Args& a, const std::vector<WeightedTree>& trees, int fixedRank, bool spread) {
+  const size_t esz = kernels::sizeOf(a.dtype);
+  Flow f;
+  f.count = a.count;
+  f.fixedRank = fixedRank;
+  f.spread = spread;
+  f.trees = &trees;
+  f.in = [esz](int, size_t lo, size_t n) { return Slice{Buf::kSend, lo * esz, n * esz}; };
+  f.out = [esz](int, size_t lo, size_t n) { return Slice{Buf::kRecv, lo * esz, n * esz}; };
+  return f;
+}
+
 }  // namespace hetcomm::coll::synth

@@ -29,4 +29,31 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
 double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
                   double flowBytes);
 
+// What the five synthesised algorithms share: their name, where they apply, their estimate and their plan, from
+// what each says of itself: its kind, how its trees are used, how data flows through them, where their roots are,
+// and its flows.
+class SynthAlgorithm : public Algorithm {
+ public:
+  std::string_view name() const final { return "synth"; }
+  bool applies(const Args&, const GroupView& g) const final { return synth::applies(g); }
+  double estimateUs(const Args& a, const GroupView& g) const final;
+  Result<Schedule> plan(const Args& a, const GroupView& g) const final;
+
+ protected:
+  virtual TreeUse use() const = 0;
+  virtual FlowMode mode() const = 0;
+  // The host the trees are rooted at (broadcast, reduce: the root's), or -1: trees from (to) every host, each
+  // with its ranks' blocks (allgather, reduce-scatter; allreduce, whose roots the packing chooses).
+  virtual int rootHost(const Args&, const GroupView&) const { return -1; }
+  // One flow for the whole buffer, or one per rank's block.
+  virtual bool perRank() const { return false; }
+  // Flow `i` (a rank's block when perRank) of this call, its trees given; and the plan's copies before the flows.
+  virtual Flow flow(const Args& a, const GroupView& g, const Packing& p, int i) const = 0;
+  virtual void prologue(const Args&, const GroupView&, Schedule&) const {}
+};
+
+// The whole buffer (allreduce, broadcast, reduce): a rank's contribution in its send buffer, its result at the same
+// place of its receive buffer.
+Flow wholeBuffer(const Args& a, const std::vector<WeightedTree>& trees, int fixedRank, bool spread);
+
 }  // namespace hetcomm::coll::synth
