@@ -197,6 +197,7 @@ struct UcxTransport::Impl {
   std::vector<UcxConnection*> deferred;  // connections with work that may not run inside a UCX callback
   std::vector<void*> closing;            // endpoint close requests in flight
   int opsInFlight = 0;                   // PendingOps UCX still holds; the worker may not go before them
+  bool setupFailed = false;              // connectAll failed: UCX may still hold half-made endpoints
   // connectAll's hello bookkeeping
   std::vector<char> helloOk;
   std::string helloError;
@@ -588,9 +589,11 @@ UcxTransport::Impl::~Impl() {
   }
   // UCX aborts the process when a worker goes with requests still out (a rendezvous receive cannot be cancelled,
   // a flush to a peer that stopped progressing never ends): after a failure, leave such a worker to the process.
-  if (!closing.empty() || opsInFlight > 0) {
-    HC_TRACE(Init, "ucx: %zu endpoint close(s) and %d operation(s) still out at teardown; the worker is left behind",
-             closing.size(), opsInFlight);
+  // After a failed set-up likewise: UCX 1.13 crashed destroying a worker whose endpoints to an unreachable peer
+  // were half made (it purged their pending wire-up requests).
+  if (!closing.empty() || opsInFlight > 0 || setupFailed) {
+    HC_TRACE(Init, "ucx: %zu endpoint close(s) and %d operation(s) still out at teardown%s; the worker is left behind",
+             closing.size(), opsInFlight, setupFailed ? ", after a failed set-up" : "");
     new std::shared_ptr<SharedContext>(context);  // and its context with it: never cleaned up under the worker
   } else if (worker) {
     ucp_worker_destroy(worker);
@@ -701,6 +704,7 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
   std::vector<Request> sent(n);  // the hellos; declared before conns, whose close() may still fail them
   std::vector<std::unique_ptr<Connection>> conns(n);
   std::vector<Blob> peers(n);
+  t.setupFailed = true;  // until every peer has answered
   for (int p = 0; p < n; ++p) {
     if (blobs[p].empty() || p == me) continue;
     HC_ASSIGN_OR_RETURN(peers[p], decodeBlob(blobs[p], p));
@@ -733,6 +737,12 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     ep.err_handler.arg = c;
     ucp_ep_h h = nullptr;
     ucs_status_t s = ucp_ep_create(t.worker, &ep, &h);
+    if (s == UCS_ERR_UNREACHABLE)
+      // UCX 1.13's TCP transport counts every interface of the peer as reachable and may pick one on a network
+      // this host is not on.
+      return systemError("ucx: rank %d cannot reach rank %d (UCX_TLS=%s): ucp_ep_create: %s. Where hosts do not "
+                         "all share every network, name the interfaces of a network they all share in "
+                         "UCX_NET_DEVICES", me, p, allowedTransports().c_str(), ucsError(s).c_str());
     if (s != UCS_OK)
       return systemError("ucx: rank %d cannot reach rank %d (UCX_TLS=%s): ucp_ep_create: %s", me, p,
                          allowedTransports().c_str(), ucsError(s).c_str());
@@ -773,6 +783,7 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     }
   }
   t.helloOk.clear();
+  t.setupFailed = false;
   for (auto& c : conns)
     if (c) static_cast<UcxConnection*>(c.get())->setEstablished();
   return conns;
