@@ -156,25 +156,32 @@ double rootedHierUs(const Args& a, const GroupView& g, const Hierarchy& hier, bo
   const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
   const double pieces = static_cast<double>(Shares(a.count, m, kernels::sizeOf(a.dtype), g.chunkBytes).ch.nchunks);
   std::vector<StageCost> stages;
-  auto add = [&](StageCost c, double b, double msgs) {
+  // A chain of `hops` hops is that many stages of the same cost: a piece crosses them one after another, which
+  // pipelinedStagesUs counts as the fill.
+  auto add = [&](StageCost c, double b, double msgs, int hops = 1) {
     c.bytes = b;
     c.messages = msgs;
-    stages.push_back(c);
+    for (int i = 0; i < hops; ++i) stages.push_back(c);
   };
   if (m > 1) {
+    // The scatter to the island's leads and the leads' all-gather both go through the root host's NIC (gather and
+    // reduce-scatter into it, for reduce): one stage of twice the bytes, not two that overlap.
     std::vector<std::vector<int>> rootLinks;
     for (int lead : paths.scatter)
       if (lead != a.root) rootLinks.push_back(toRoot ? std::vector<int>{lead, a.root} : std::vector<int>{a.root, lead});
-    add(pathsCost(g, rootLinks, false), bytes * (m - 1) / m, (m - 1) * pieces);
-    add(pathsCost(g, paths.islandRings, true), bytes * (m - 1) / m, (m - 1) * pieces);
+    const StageCost scatter = pathsCost(g, rootLinks, false), ring = pathsCost(g, paths.islandRings, true);
+    StageCost both;
+    both.bwGBps = std::min(scatter.bwGBps, ring.bwGBps);
+    both.alphaUs = std::max(scatter.alphaUs, ring.alphaUs);
+    add(both, 2 * bytes * (m - 1) / m, 2 * (m - 1) * pieces);
   }
   if (h->size[2] > 1) {  // every rank of a host carries 1/k of its share, k of them sharing the NIC
     const int k = h->size[0];
     std::vector<std::vector<int>> chains;
     for (const auto& parts : paths.partChains) chains.insert(chains.end(), parts.begin(), parts.end());
-    add(pathsCost(g, chains, false, k), bytes / (m * k), pieces);
+    add(pathsCost(g, chains, false, k), bytes / (m * k), pieces, h->size[2] - 1);
   }
-  if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces);
+  if (h->size[0] > 1) add(pathsCost(g, paths.hostChains, false), bytes, m * pieces, h->size[0] - 1);
   return pipelinedStagesUs(stages, pieces);
 }
 

@@ -29,10 +29,20 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
   return g.cache->packings.emplace(key, p).first->second;
 }
 
+namespace {
+// The share of the packing's rate a synthesised schedule gets in practice, as NCCL's model gives each algorithm and
+// protocol its own efficiency. Its NICs carry several trees' segments at once, each a stream of its own, and a
+// host forwards a segment only once it has all of it; on the emulated clusters (2026-11-26, perf/README.md) it ran
+// at 0.84-1.01 of the plain packing rate at 64 MiB, 0.92 in the mean, where the ring and the chain ran at
+// 0.94-1.0 of theirs. Without it the model picked a synthesised schedule over the chain for a 2% gain on paper
+// that was a 9% loss measured (broadcast on clusters/eth-4x2.json).
+constexpr double kTreeEfficiency = 0.92;
+}  // namespace
+
 double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
                   double flowBytes) {
   const topo::LinkGraph& graph = *g.graph;
-  const double network = p.usPerByte * unitBytes;
+  const double network = p.usPerByte * unitBytes / kTreeEfficiency;
   // Per host, the children a segment's owner takes partial sums from, averaged over the trees by weight and demand.
   std::vector<double> children(graph.nhosts(), 0.0);
   double demandSum = 0;

@@ -20,6 +20,9 @@ constexpr size_t kStagingBytes = 256 << 10;
 // Messages up to this size go whole on one socket; larger ones are cut into segments of this size and spread
 // over the sockets, so one message can use them all.
 constexpr size_t kSegmentBytes = 512 << 10;
+// Over several rails, smaller: a collective's message is often one pipelining chunk (512 KiB), and whole on one
+// rail it would leave the others idle whenever it is the only one in flight (a chain, a 2-host exchange).
+constexpr size_t kMultiRailSegmentBytes = 128 << 10;
 // A direct read into the destination pays off once this much payload is left.
 constexpr size_t kDirectReadBytes = 32 << 10;
 // Per socket and progress() call, so one busy peer cannot starve the others.
@@ -108,12 +111,13 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
     return okStatus();
   }
   const size_t total = buf.size();
-  const size_t nseg = total <= kSegmentBytes ? 1 : (total + kSegmentBytes - 1) / kSegmentBytes;
+  const size_t seg = multiPath_ ? kMultiRailSegmentBytes : kSegmentBytes;
+  const size_t nseg = total <= seg ? 1 : (total + seg - 1) / seg;
   req.pending = nseg;
   uint32_t touched = 0;  // bit i: stream i got a segment
   for (size_t i = 0; i < nseg; ++i) {
-    size_t off = i * kSegmentBytes;
-    size_t len = nseg == 1 ? total : std::min(kSegmentBytes, total - off);
+    size_t off = i * seg;
+    size_t len = nseg == 1 ? total : std::min(seg, total - off);
     // One path: the socket with the fewest queued bytes, which keeps a message off a socket still busy with an
     // earlier one. Several paths (multi-rail): the socket given the fewest bytes per unit of weight, so every path
     // carries its share however fast each kernel buffer swallows data (by queued bytes alone the first socket

@@ -162,6 +162,42 @@ TEST(Synth, ManyPiecesPacedWithScratchReused) {
       runCase({kind, 8, 100003, DataType::kFloat32, RedOp::kSum, 6, inPlace}, 1024, true, "synth", topo);
 }
 
+// No algorithm may predict a time the links do not allow: a model faster than the bound picks the wrong algorithm
+// (the hierarchical broadcast's model once ran its scatter and its all-gather through the root host's NIC at once,
+// predicted twice the speed it had and beat the flat chain only on paper).
+TEST(Synth, NoAlgorithmPredictsFasterThanTheBound) {
+  const std::pair<CollKind, topo::BoundKind> kinds[] = {
+      {CollKind::kAllReduce, topo::BoundKind::kAllReduce}, {CollKind::kAllGather, topo::BoundKind::kAllGather},
+      {CollKind::kReduceScatter, topo::BoundKind::kReduceScatter}, {CollKind::kBroadcast, topo::BoundKind::kBroadcast},
+      {CollKind::kReduce, topo::BoundKind::kReduce}};
+  std::vector<std::pair<std::string, std::shared_ptr<const topo::LinkGraph>>> clusters;
+  for (const char* name : {"mixed-4x2", "eth-4x2", "mixed-2x2", "dualrail-2x2", "island3-lone1", "ranks-1-2-4",
+                           "dualnic-4", "three-level-6"})
+    clusters.emplace_back(name, shipped(name));
+  for (uint64_t seed = 1; seed <= 30; ++seed)
+    clusters.emplace_back(format("random seed %llu", static_cast<unsigned long long>(seed)),
+                          graphOf(topo::randomClusterSpec(seed)));
+  for (const auto& [name, g] : clusters) {
+    const int n = g->nranks();
+    for (const auto& [kind, boundKind] : kinds) {
+      Args a;
+      a.kind = kind;
+      const bool perRank = kind == CollKind::kAllGather || kind == CollKind::kReduceScatter;
+      a.count = perRank ? (16u << 20) / n : 16u << 20;  // 64 MiB of float32 in all
+      const double bytes = 4.0 * a.count * (perRank ? n : 1);
+      const double boundUs = topo::collectiveBound(*g, boundKind, a.root).usPerByte * bytes;
+      for (int rank : {0, n - 1}) {
+        const GroupView v = GroupView::fromGraph(rank, g, 512 << 10);
+        for (const Algorithm* algo : allAlgorithms()) {
+          if (!algo->supports(a, v)) continue;
+          EXPECT_GE(algo->estimateUs(a, v), 0.99 * boundUs)
+              << name << ": " << algo->name() << " " << a.describe() << " on rank " << rank;
+        }
+      }
+    }
+  }
+}
+
 TEST(Synth, AppliesOnlyWhereTheGraphSpansHosts) {
   GroupView g;
   g.nranks = 4;
