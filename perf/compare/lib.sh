@@ -1,7 +1,12 @@
-# lib.sh: what the comparison scripts (run-foundation.sh, run-shm.sh, run-ucx.sh, run-emulated.sh, run-train.sh,
-# run-hybrid.sh) share: the machine's load around a run, running a command with a time limit into a log, pulling
-# result rows out of a log, and bringing an emulated cluster up (cluster_up). Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
+# lib.sh: what the comparison scripts (run-*.sh) share: errors and usage, the machine's load around a run, running a
+# command with a time limit into a log, pulling result rows out of a log, and bringing an emulated cluster up
+# (cluster_up). Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
 # shellcheck shell=bash
+
+# die MESSAGE: says "PROG: error: MESSAGE" and exits 1.
+die() { echo "$PROG: error: $*" >&2; exit 1; }
+# usage [STATUS]: prints the script's header comment (line 2 up to `set -euo`) and exits with STATUS (0).
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 # cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
 # machine quiet: Open MPI busy-polls and collapses when another process takes a core.

@@ -29,8 +29,10 @@ SMALL_ITERS=10
 CEILING=150
 SCALE=""
 JSON_OUT=""
-die() { echo "run-clusters: error: $*" >&2; exit 1; }
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+# shellcheck disable=SC2034 # PROG is read by lib.sh
+PROG=run-clusters
+# shellcheck source-path=SCRIPTDIR source=lib.sh
+source "$SCRIPT_DIR/lib.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clusters) CLUSTERS=${2:?}; shift 2 ;;

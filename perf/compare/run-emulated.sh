@@ -53,12 +53,10 @@ COLL=allreduce
 TIMING=()  # how perf times a call; rooted collectives override it (see the comment above)
 SCALE=1
 
-die() { echo "run-emulated: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-emulated
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --cluster) CLUSTER=${2:?}; shift 2 ;;

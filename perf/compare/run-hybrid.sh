@@ -44,12 +44,10 @@ TIMEOUT_S=600
 BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 SPEEDS=1,1,1,1,0.5,0.5,0.5,0.5
 
-die() { echo "run-hybrid: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-hybrid
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --cluster) CLUSTER=${2:?}; shift 2 ;;

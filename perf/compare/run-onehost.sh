@@ -46,12 +46,10 @@ TIMEOUT_S=900
 WAIT_QUIET_S=0
 BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 
-die() { echo "run-onehost: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-onehost
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=${2:?}; shift 2 ;;

@@ -60,13 +60,11 @@ TIMEOUT_S=600
 SIZES_BYTES=(1048576 67108864)
 P2P_BYTES=67108864
 
-die() { echo "run-shm: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-shm
 # The shared helpers: cpu_busy, cpu_snap, niced_share, extract, run_logged.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -67,13 +67,11 @@ PYTHON=/usr/bin/python3
 CONFIG=$REPO_ROOT/configs/gpt-bench.json
 OMP_WAIT=${OMP_WAIT_POLICY:-PASSIVE}
 
-die() { echo "run-train: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-train
 # The shared helpers: wait_quiet, run_logged.
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in

@@ -32,12 +32,10 @@ WAIT_QUIET_S=0
 QUIET_PCT=15
 SIZES="1048576,67108864"
 
-die() { echo "run-ucx: error: $*" >&2; exit 1; }
 # shellcheck disable=SC2034 # PROG is read by lib.sh
 PROG=run-ucx
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
 
 while [[ $# -gt 0 ]]; do
   case "$1" in
