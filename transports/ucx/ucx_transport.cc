@@ -737,15 +737,15 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     ep.err_handler.arg = c;
     ucp_ep_h h = nullptr;
     ucs_status_t s = ucp_ep_create(t.worker, &ep, &h);
-    if (s == UCS_ERR_UNREACHABLE)
+    if (s != UCS_OK) {
       // UCX 1.13's TCP transport counts every interface of the peer as reachable and may pick one on a network
       // this host is not on.
-      return systemError("ucx: rank %d cannot reach rank %d (UCX_TLS=%s): ucp_ep_create: %s. Where hosts do not "
-                         "all share every network, name the interfaces of a network they all share in "
-                         "UCX_NET_DEVICES", me, p, allowedTransports().c_str(), ucsError(s).c_str());
-    if (s != UCS_OK)
-      return systemError("ucx: rank %d cannot reach rank %d (UCX_TLS=%s): ucp_ep_create: %s", me, p,
-                         allowedTransports().c_str(), ucsError(s).c_str());
+      const char* hint = s == UCS_ERR_UNREACHABLE ? ". Where hosts do not all share every network, name the "
+                                                    "interfaces of a network they all share in UCX_NET_DEVICES"
+                                                  : "";
+      return systemError("ucx: rank %d cannot reach rank %d (UCX_TLS=%s): ucp_ep_create: %s%s", me, p,
+                         allowedTransports().c_str(), ucsError(s).c_str(), hint);
+    }
     c->setEndpoint(h, ep.err_mode == UCP_ERR_HANDLING_MODE_PEER);
     t.byRank[p] = c;
   }
