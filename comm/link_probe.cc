@@ -154,18 +154,13 @@ Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool in
   std::vector<transport::Request> in(count), out(count);
   transport::Request ackReq;
   std::vector<transport::Request*> mine;  // the requests this rank waits for before the ack
-  // The bytes are not looked at, only their arrival.
-  auto receive = [&] {
+  // One way: every message posted at once. The bytes are not looked at, only their arrival.
+  auto oneWay = [&](bool sending) {
+    std::vector<transport::Request>& reqs = sending ? out : in;
     for (int k = 0; k < count; ++k) {
-      HC_TRY(c->irecv(in[k], buf.take(), kStreamTag | tagBase | k));
-      mine.push_back(&in[k]);
-    }
-    return okStatus();
-  };
-  auto send = [&] {
-    for (int k = 0; k < count; ++k) {
-      HC_TRY(c->isend(out[k], buf.take(), kStreamTag | tagBase | k));
-      mine.push_back(&out[k]);
+      const uint64_t tag = kStreamTag | tagBase | k;
+      HC_TRY(sending ? c->isend(reqs[k], buf.take(), tag) : c->irecv(reqs[k], buf.take(), tag));
+      mine.push_back(&reqs[k]);
     }
     return okStatus();
   };
@@ -185,11 +180,11 @@ Result<double> stream(const ProbeContext& ctx, transport::Connection* c, bool in
     const double t0 = nowSec();
     HC_TRY(c->irecv(ackReq, ack, kAckTag | tagBase));
     mine.push_back(&ackReq);
-    HC_TRY(bothWays ? exchange() : send());
+    HC_TRY(bothWays ? exchange() : oneWay(true));
     HC_TRY(waitAll(ctx, mine, "a probe stream to be received"));
     return nowSec() - t0;
   }
-  HC_TRY(bothWays ? exchange() : receive());
+  HC_TRY(bothWays ? exchange() : oneWay(false));
   HC_TRY(waitAll(ctx, mine, "a probe stream"));
   HC_TRY(c->isend(ackReq, ack, kAckTag | tagBase));
   HC_TRY(waitAll(ctx, {&ackReq}, "a probe stream's ack to be sent"));

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <map>
 #include <memory>
-#include <vector>
 
 namespace hetcomm::transport {
 
