@@ -111,32 +111,39 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
     return okStatus();
   }
   const size_t total = buf.size();
-  const size_t seg = multiPath_ ? kMultiRailSegmentBytes : kSegmentBytes;
-  const size_t nseg = total <= seg ? 1 : (total + seg - 1) / seg;
-  req.pending = nseg;
+  std::vector<Piece> pieces = multiPath_ ? stripe(total, use) : std::vector<Piece>{};
+  if (pieces.empty()) {
+    const size_t seg = multiPath_ ? kMultiRailSegmentBytes : kSegmentBytes;
+    const size_t nseg = total <= seg ? 1 : (total + seg - 1) / seg;
+    for (size_t i = 0; i < nseg; ++i) {
+      size_t off = i * seg;
+      size_t len = nseg == 1 ? total : std::min(seg, total - off);
+      // One path: the socket with the fewest queued bytes, which keeps a message off a socket still busy with an
+      // earlier one. Several paths (multi-rail) and a message too small to stripe: the socket given the fewest
+      // bytes per unit of weight, so every path carries its share however fast each kernel buffer swallows data
+      // (by queued bytes alone the first socket would look idle, its kernel buffer taking megabytes at once).
+      TcpStream* s = nullptr;
+      auto load = [&](const TcpStream& t) {
+        return multiPath_ && t.weight > 0 ? (t.assignedBytes + static_cast<double>(len)) / t.weight
+                                          : static_cast<double>(t.queuedBytes);
+      };
+      for (auto& cand : streams_)
+        if (use(*cand) && (!s || load(*cand) < load(*s))) s = cand.get();
+      pieces.push_back({s, off, len});
+    }
+  }
+  req.pending = pieces.size();
   uint32_t touched = 0;  // bit i: stream i got a segment
-  for (size_t i = 0; i < nseg; ++i) {
-    size_t off = i * seg;
-    size_t len = nseg == 1 ? total : std::min(seg, total - off);
-    // One path: the socket with the fewest queued bytes, which keeps a message off a socket still busy with an
-    // earlier one. Several paths (multi-rail): the socket given the fewest bytes per unit of weight, so every path
-    // carries its share however fast each kernel buffer swallows data (by queued bytes alone the first socket
-    // would look idle, its kernel buffer taking megabytes at once, and get everything).
-    TcpStream* s = nullptr;
-    auto load = [&](const TcpStream& t) {
-      return multiPath_ && t.weight > 0 ? (t.assignedBytes + static_cast<double>(len)) / t.weight
-                                        : static_cast<double>(t.queuedBytes);
-    };
-    for (auto& cand : streams_)
-      if (use(*cand) && (!s || load(*cand) < load(*s))) s = cand.get();
-    s->assignedBytes += static_cast<double>(len);
+  for (const Piece& p : pieces) {
+    TcpStream* s = p.stream;
+    s->assignedBytes += static_cast<double>(p.len);
     FrameHeader h;
-    h.len = static_cast<uint32_t>(len);
+    h.len = static_cast<uint32_t>(p.len);
     h.tag = tag;
     h.total = total;
-    h.offset = off;
-    s->sendq.push_back({&req, h, buf.data() + off, 0});
-    s->queuedBytes += len + sizeof(FrameHeader);
+    h.offset = p.offset;
+    s->sendq.push_back({&req, h, buf.data() + p.offset, 0});
+    s->queuedBytes += p.len + sizeof(FrameHeader);
     touched |= 1u << (s->index & 31);
   }
   for (auto& s : streams_)
@@ -144,10 +151,59 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
   return okStatus();
 }
 
+std::vector<size_t> stripeShares(size_t total, std::span<const double> weights) {
+  std::vector<size_t> order(weights.size());  // fastest first
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return weights[a] > weights[b]; });
+  while (!order.empty() && !(weights[order.back()] > 0)) order.pop_back();
+  auto weightOf = [&] {
+    double w = 0;
+    for (size_t i : order) w += weights[i];
+    return w;
+  };
+  while (order.size() > 1 && static_cast<double>(total) * weights[order.back()] / weightOf() < kMinStripeBytes)
+    order.pop_back();  // the slowest path's share is too small: it sits this message out
+  if (order.size() < 2) return {};
+  const double w = weightOf();
+  std::vector<size_t> share(weights.size(), 0);
+  size_t given = 0;
+  for (size_t k = 1; k < order.size(); ++k) {  // page-aligned shares; the fastest path takes what rounding leaves
+    const double exact = static_cast<double>(total) * weights[order[k]] / w;
+    share[order[k]] = static_cast<size_t>(exact) / kStripeAlign * kStripeAlign;
+    given += share[order[k]];
+  }
+  share[order[0]] = total - given;
+  return share;
+}
+
+// Several paths: stripeShares over the striped sockets `use` accepts, each share in segments so a frame never
+// holds a socket long.
+template <class Use>
+std::vector<TcpConnection::Piece> TcpConnection::stripe(size_t total, Use use) {
+  std::vector<TcpStream*> cands;
+  std::vector<double> weights;
+  for (auto& s : streams_)
+    if (use(*s) && s->weight > 0) {
+      cands.push_back(s.get());
+      weights.push_back(s->weight);
+    }
+  std::vector<Piece> pieces;
+  size_t off = 0;
+  const std::vector<size_t> shares = stripeShares(total, weights);
+  for (size_t i = 0; i < shares.size(); ++i)
+    for (size_t left = shares[i]; left > 0;) {
+      const size_t len = std::min(left, kMultiRailSegmentBytes);
+      pieces.push_back({cands[i], off, len});
+      off += len;
+      left -= len;
+    }
+  return pieces;
+}
+
 void TcpConnection::setWantWrite(TcpStream& s, bool want) {
   if (s.wantWrite == want || !s.sock.is_open() || s.eof) return;
   epoll_event ev{};
-  ev.events = EPOLLIN | (want ? EPOLLOUT : 0);
+  ev.events = EPOLLIN | (want ? static_cast<uint32_t>(EPOLLOUT) : 0u);
   ev.data.ptr = &s;
   if (epoll_ctl(epollFd_, EPOLL_CTL_MOD, s.fd(), &ev) != 0) {
     fail(errnoStatus(errno, "tcp: epoll_ctl mod for rank %d", peer_));

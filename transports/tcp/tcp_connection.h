@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,6 +42,19 @@ struct FrameHeader {
 static_assert(sizeof(FrameHeader) == 40);
 
 class TcpConnection;
+
+// Striping over several paths (multi-rail): no path gets a share smaller than kMinStripeBytes (a frame's overhead
+// and a socket's wake-up are not worth less), and shares are whole pages.
+inline constexpr size_t kMinStripeBytes = 32 << 10;
+inline constexpr size_t kStripeAlign = 4096;
+
+// How a message of `total` bytes is cut over paths of these weights (their rates): shares in proportion, so every
+// path finishes its part at the same time. Fixed 128 KiB segments, each to the path with the fewest bytes per
+// weight so far, left a 512 KiB message on rails of 69, 198 and 342 Mbit/s taking 9.2 ms instead of 6.9 (the
+// fast rail got three segments, the middle one one, the slow one none). The slowest paths sit a message out while
+// their share would be under kMinStripeBytes; the fastest takes what page rounding leaves. Empty: the message is
+// too small to cut (one socket takes it whole).
+std::vector<size_t> stripeShares(size_t total, std::span<const double> weights);
 
 // One socket of a connection, with its own send queue and receive state machine.
 struct TcpStream {
@@ -110,9 +124,15 @@ class TcpConnection final : public Connection {
     std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
+  struct Piece {
+    TcpStream* stream;
+    size_t offset, len;
+  };
   // Cuts buf into segments over the sockets `use` accepts.
   template <class Use>
   Status send(Request& req, std::span<const std::byte> buf, uint64_t tag, Use use);
+  template <class Use>
+  std::vector<Piece> stripe(size_t total, Use use);
   void flush(TcpStream& s);
   void setWantWrite(TcpStream& s, bool want);
 

@@ -79,21 +79,44 @@ TEST(LinkProbe, ResultsReachEveryPairOfTheClassBothWays) {
   auto classes = linkClasses(view, links, kindOf);
   const double nominalRoceAlpha = links.at(4, 6).alphaUs;
   classes[1].alphaUs = 14;     // IB
-  classes[1].bwGBps = 0.19;
+  classes[1].bwGBps = 0.18;
   classes[2].alphaUs = 15;     // Ethernet
-  classes[2].bwGBps = 0.024;
+  classes[2].bwGBps = 0.022;
   classes[3].alphaUs = 0;      // RoCE: the probe could not time it; nominal values stay
-  classes[3].bwGBps = 0.095;
+  classes[3].bwGBps = 0.09;
   ASSERT_TRUE(applyProbe(classes, view, kindOf, links).ok());
   for (auto [i, j] : {std::pair{0, 2}, {2, 0}, {1, 3}, {3, 0}}) {
     EXPECT_DOUBLE_EQ(links.at(i, j).alphaUs, 14) << i << "-" << j;
-    EXPECT_DOUBLE_EQ(links.at(i, j).bwGBps, 0.19) << i << "-" << j;
+    EXPECT_DOUBLE_EQ(links.at(i, j).bwGBps, 0.18) << i << "-" << j;
     EXPECT_TRUE(links.at(i, j).measured);
   }
-  EXPECT_DOUBLE_EQ(links.at(7, 0).bwGBps, 0.024);
+  EXPECT_DOUBLE_EQ(links.at(7, 0).bwGBps, 0.022);
   EXPECT_DOUBLE_EQ(links.at(5, 7).alphaUs, nominalRoceAlpha);
-  EXPECT_DOUBLE_EQ(links.at(5, 7).bwGBps, 0.095);
+  EXPECT_DOUBLE_EQ(links.at(5, 7).bwGBps, 0.09);
   EXPECT_EQ(links.at(5, 7).cls, LinkClass::kRoce);  // the class stays
+}
+
+TEST(LinkProbe, AFigureAboveAKnownLineRateIsCappedAtIt) {
+  auto view = mixedCluster();
+  // Each link read far above every line rate, over verbs (IB's line rate caps it) and over TCP (less the headers).
+  auto probed = [&](Kind across) {
+    auto kindOf = [&](int i, int j) { return view.hostOf(i) == view.hostOf(j) ? Kind::kShm : across; };
+    auto links = topo::LinkMatrix::nominal(view);
+    auto classes = linkClasses(view, links, kindOf);
+    for (auto& c : classes) {
+      c.alphaUs = 14;
+      c.bwGBps = 1e3;
+    }
+    EXPECT_TRUE(applyProbe(classes, view, kindOf, links).ok());
+    return links;
+  };
+  const double ibRate = topo::LinkMatrix::nominal(view).at(0, 2).bwGBps;
+  auto verbs = probed(Kind::kVerbs);
+  EXPECT_DOUBLE_EQ(verbs.at(0, 2).bwGBps, ibRate);
+  EXPECT_DOUBLE_EQ(verbs.at(0, 2).alphaUs, 14);  // the latency is still the probe's
+  EXPECT_TRUE(verbs.at(0, 2).measured);
+  EXPECT_NEAR(probed(Kind::kTcp).at(0, 2).bwGBps, 0.94 * ibRate, 1e-12);
+  EXPECT_DOUBLE_EQ(verbs.at(0, 1).bwGBps, 1e3);  // same host: no NIC, nothing caps it
 }
 
 class ProbeCache : public ::testing::Test {
@@ -191,7 +214,9 @@ TEST(MemoryRates, MeasuredAndTrustedWhenQuiet) {
   EXPECT_GT(r.memcpyGBps, 0.1);
   EXPECT_GT(r.reduceGBps, 0.1);
   // Trust depends on the machine being quiet; the reason must say why when it is not.
-  if (!r.trusted) EXPECT_FALSE(r.why.empty());
+  if (!r.trusted) {
+    EXPECT_FALSE(r.why.empty());
+  }
 }
 
 TEST(LinkProbe, CacheFileIsPerCluster) {
