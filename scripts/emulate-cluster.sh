@@ -165,12 +165,17 @@ def netns_exists(ns):
 def shape(dev, mbps, ns=None):
     # A real NIC never sends faster than its rate, so the token bucket stays small: 1 ms at the rate, at least
     # 32 KiB. Segmentation offload is capped at 16 KiB per packet to match (tbf drops packets larger than its
-    # bucket). The queue holds 50 ms.
+    # bucket). The fabric's side (a switch port, fabric -> host) holds 50 ms and drops beyond it, as a switch
+    # does. The host's side (host -> fabric) stands for the host's own queue in front of its NIC: a NIC stops
+    # that queue when its ring is full rather than dropping, and Linux queues 10240 packets there (fq_codel), so
+    # it holds 16 MB. With 50 ms there too, a host sending to several peers at once dropped its own packets
+    # (173 in 12 calls of a 1 MiB allreduce on three-level-6) and waited out TCP's 200 ms retransmission timer.
     burst = max(32 * 1024, mbps * 1000 * 1000 // 8 // 1000)
+    queue = ["limit", str(16 << 20)] if ns else ["latency", "50ms"]
     pre = ["ip", "netns", "exec", ns] if ns else []
     run(*(pre + ["ip", "link", "set", "dev", dev, "gso_max_size", "16384"]))
-    run(*(pre + ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbps}mbit", "burst", str(burst),
-                 "latency", "50ms"]))
+    run(*(pre + ["tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{mbps}mbit", "burst", str(burst)]
+          + queue))
 
 
 def down_plan(p):

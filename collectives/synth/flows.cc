@@ -13,6 +13,8 @@ namespace {
 constexpr size_t kMaxPieces = 64;
 constexpr size_t kMaxSubsegments = 8;
 constexpr size_t kMinPaceWindow = 4;
+// Segments are cut no finer than this: below it a message's fixed costs swamp its bytes.
+constexpr size_t kMinSegmentBytes = 8 << 10;
 // Message kinds within a segment (tags: segment * kKinds + kind).
 enum Kind : uint32_t { kHostIn, kUp, kDown, kHostOut, kScatter, kGather, kKinds };
 
@@ -185,14 +187,84 @@ std::vector<uint32_t> terminalSteps(const Schedule& s, uint32_t first, uint32_t 
 
 }  // namespace
 
-FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, size_t flowBytes) {
+double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Packing& p, FlowMode mode, double segmentBytes) {
+  auto hopUs = [&](int from, int to, int way) {
+    double bw = 1e30;
+    for (const auto& r : graph.waysOf(from, to)[way].rails)
+      bw = std::min(bw, std::min(graph.ports[r.from].gbps, graph.ports[r.to].gbps) / r.share);
+    return g.alphaUs(graph.hosts[from].ranks.front(), graph.hosts[to].ranks.front()) + segmentBytes / (bw * 1e3);
+  };
+  // The slowest way from a leaf to the root (up) or from the root to a leaf (down), with its slowest hop.
+  auto deepest = [&](const HostTree& t, bool up, double* slowestHop) {
+    double worst = 0;
+    for (int v = 0; v < graph.nhosts(); ++v) {
+      double path = 0, hop = 0;
+      for (int u = v; t.parent[u] >= 0; u = t.parent[u]) {
+        const double h = up ? hopUs(u, t.parent[u], t.way[u]) : hopUs(t.parent[u], u, t.way[u]);
+        path += h;
+        hop = std::max(hop, h);
+      }
+      if (path > worst) {
+        worst = path;
+        *slowestHop = hop;
+      }
+    }
+    return worst;
+  };
+  double hostHop = 0;
+  for (const auto& host : graph.hosts)
+    if (host.ranks.size() > 1)
+      hostHop = std::max(hostHop, g.alphaUs(host.ranks[0], host.ranks[1]) + segmentBytes / (host.memGBps * 1e3));
+  double fill = 0;
+  for (const auto& list : p.byRoot)
+    for (const WeightedTree& wt : list) {
+      double slowest = hostHop, hop = 0, path = 0;
+      if (mode != FlowMode::kBroadcast) {
+        path += deepest(wt.tree, true, &hop) + hostHop;
+        slowest = std::max(slowest, hop);
+      }
+      if (mode != FlowMode::kReduce) {
+        path += deepest(mode == FlowMode::kAllReduce ? wt.down : wt.tree, false, &hop) + hostHop;
+        slowest = std::max(slowest, hop);
+      }
+      fill = std::max(fill, path - slowest);
+    }
+  return fill;
+}
+
+FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, FlowMode mode,
+                    size_t flowBytes) {
   FlowShape sh;
   const size_t perPiece = maxTrees(packing) * subsegments(graph);
+  sh.segmentsPerPiece = perPiece;
   // A piece of about two chunks, and segments of a quarter chunk at least.
   const size_t pieceBytes = std::max(2 * g.chunkBytes, perPiece * g.chunkBytes / 4);
   sh.pieces = std::clamp<size_t>(flowBytes / std::max<size_t>(1, pieceBytes), 1, kMaxPieces);
-  sh.segmentsPerPiece = perPiece;
-  sh.window = std::min(sh.pieces, std::max<size_t>(kMinPaceWindow, 2 * static_cast<size_t>(packing.maxDepth) + 2));
+  // A flow too small for kMaxPieces such pieces (a few MiB and less) is cut finer: into twice the pacing window
+  // at least, so that the pacing holds back half of it (every host sending its whole share at once filled the
+  // switch queues into the hosts of a slow fabric), then finer again while that pays: the pipeline's fill shrinks
+  // with the segment, and every segment costs a message on each hop, priced at the slowest hop's latency. As one
+  // piece, a 1 MiB allreduce on three-level-6 (scale 0.6) took 134 ms against the ring's 131 (each host forwards
+  // a segment only once it has all of it, and 50 ms queues dropped packets); in 8 pieces, all in flight at once,
+  // 96-120 ms; in 16 pieces, 8 in flight, 82 ms, as estimated.
+  const size_t window = std::max<size_t>(kMinPaceWindow, 2 * static_cast<size_t>(packing.maxDepth) + 2);
+  const size_t finest = std::clamp<size_t>(flowBytes / (perPiece * kMinSegmentBytes), 1, kMaxPieces);
+  sh.pieces = std::max(sh.pieces, std::min(finest, 2 * window));
+  double alphaMax = 0;
+  for (int a = 0; a < graph.nhosts(); ++a)
+    for (int b = 0; b < graph.nhosts(); ++b)
+      if (a != b) alphaMax = std::max(alphaMax, g.alphaUs(graph.hosts[a].ranks.front(), graph.hosts[b].ranks.front()));
+  auto cost = [&](size_t pieces) {
+    const double segment = static_cast<double>(flowBytes) / static_cast<double>(pieces * perPiece);
+    return fillUs(g, graph, packing, mode, segment) + static_cast<double>(pieces * perPiece) * alphaMax;
+  };
+  double best = cost(sh.pieces);
+  for (size_t pieces = sh.pieces * 2; pieces <= finest; pieces *= 2)
+    if (const double c = cost(pieces); c < best) {
+      best = c;
+      sh.pieces = pieces;
+    }
+  sh.window = std::min(sh.pieces, window);
   return sh;
 }
 
@@ -201,7 +273,7 @@ void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, co
   const size_t esz = kernels::sizeOf(s.dtype);
   size_t most = 0;
   for (const Flow& f : flows) most = std::max(most, f.count);
-  const FlowShape shape = flowShape(g, graph, packing, most * esz);
+  const FlowShape shape = flowShape(g, graph, packing, mode, most * esz);
   const size_t P = shape.pieces, W = shape.window, S = subsegments(graph), T = maxTrees(packing);
   Emitter emit(s, g, graph, mode, esz);
 

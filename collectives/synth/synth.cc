@@ -61,51 +61,8 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
     const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
     local = std::max(local, shm + memoryUs(g, r, 0, reduced));
   }
-  // One segment's way through the trees, host level in and out included: its slowest hop is already in the
-  // network term (every segment passes it), the other hops add their time once.
-  const FlowShape shape = flowShape(g, graph, p, static_cast<size_t>(flowBytes));
-  const double segment = flowBytes / static_cast<double>(shape.pieces * shape.segmentsPerPiece);
-  auto hopUs = [&](int from, int to, int way) {
-    double bw = 1e30;
-    for (const auto& r : graph.waysOf(from, to)[way].rails)
-      bw = std::min(bw, std::min(graph.ports[r.from].gbps, graph.ports[r.to].gbps) / r.share);
-    return g.alphaUs(graph.hosts[from].ranks.front(), graph.hosts[to].ranks.front()) + segment / (bw * 1e3);
-  };
-  // The slowest way from a leaf to the root (up) or from the root to a leaf (down), with its slowest hop.
-  auto deepest = [&](const HostTree& t, bool up, double* slowestHop) {
-    double worst = 0;
-    for (int v = 0; v < graph.nhosts(); ++v) {
-      double path = 0, hop = 0;
-      for (int u = v; t.parent[u] >= 0; u = t.parent[u]) {
-        const double h = up ? hopUs(u, t.parent[u], t.way[u]) : hopUs(t.parent[u], u, t.way[u]);
-        path += h;
-        hop = std::max(hop, h);
-      }
-      if (path > worst) {
-        worst = path;
-        *slowestHop = hop;
-      }
-    }
-    return worst;
-  };
-  double hostHop = 0;
-  for (const auto& host : graph.hosts)
-    if (host.ranks.size() > 1)
-      hostHop = std::max(hostHop, g.alphaUs(host.ranks[0], host.ranks[1]) + segment / (host.memGBps * 1e3));
-  double fill = 0;
-  for (const auto& list : p.byRoot)
-    for (const WeightedTree& wt : list) {
-      double slowest = hostHop, hop = 0, path = 0;
-      if (mode != FlowMode::kBroadcast) {
-        path += deepest(wt.tree, true, &hop) + hostHop;
-        slowest = std::max(slowest, hop);
-      }
-      if (mode != FlowMode::kReduce) {
-        path += deepest(mode == FlowMode::kAllReduce ? wt.down : wt.tree, false, &hop) + hostHop;
-        slowest = std::max(slowest, hop);
-      }
-      fill = std::max(fill, path - slowest);
-    }
+  const FlowShape shape = flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes));
+  const double fill = fillUs(g, graph, p, mode, flowBytes / static_cast<double>(shape.pieces * shape.segmentsPerPiece));
   return std::max(network, local) + fill;
 }
 
