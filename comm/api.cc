@@ -414,7 +414,7 @@ Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint6
   }
   Status st = c->init(id, commId);
   if (!st.ok()) {
-    c->destroy();
+    (void)c->destroy();  // the init's error is the one to report
     return st;
   }
   Communicator* raw = c.release();
@@ -475,7 +475,7 @@ Status initAll(hetcommComm_t* comms, int ndev) {
       if (results[k].ok()) {
         auto* c = reinterpret_cast<Communicator*>(comms[k]);
         unregisterComm(c);
-        c->destroy();
+        (void)c->destroy();  // results[r] is the error to report
         delete c;
         comms[k] = nullptr;
       }
@@ -642,25 +642,54 @@ hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* rank) {
   });
 }
 
+namespace {
+// What hetcommCommGetAlgorithm and hetcommCommPredict ask about, checked.
+hetcomm::Result<coll::Args> predictionArgs(hetcommCollective_t coll, size_t count, hetcommDataType_t datatype,
+                                           char* name, size_t nameLen, bool sendRecv) {
+  if (!name && nameLen) return hetcomm::invalidArgument("name is NULL but nameLen is %zu", nameLen);
+  HC_TRY(checkType(datatype));
+  const hetcommCollective_t last = sendRecv ? hetcommCollSendRecv : hetcommCollAlltoAll;
+  if (coll < hetcommCollAllReduce || coll > last)
+    return hetcomm::invalidArgument("collective %d is not a hetcommCollective_t%s", static_cast<int>(coll),
+                                    coll == hetcommCollSendRecv ? " here (only hetcommCommPredict takes sendrecv)" : "");
+  coll::Args a;
+  a.kind = static_cast<coll::CollKind>(coll);
+  a.count = count;
+  a.dtype = static_cast<kernels::DataType>(datatype);
+  return a;
+}
+
+void writeSelection(const coll::Selection& sel, char* name, size_t nameLen, double* predictedUs) {
+  if (nameLen) {
+    size_t n = std::min(nameLen - 1, sel.algo->name().size());
+    std::memcpy(name, sel.algo->name().data(), n);
+    name[n] = '\0';
+  }
+  if (predictedUs) *predictedUs = sel.predictedUs;
+}
+}  // namespace
+
 hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
                                         hetcommDataType_t datatype, char* name, size_t nameLen, double* predictedUs) {
   return guard("hetcommCommGetAlgorithm", [&]() -> Status {
-    if (!name && nameLen) return hetcomm::invalidArgument("name is NULL but nameLen is %zu", nameLen);
     HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
-    HC_TRY(checkType(datatype));
-    if (coll < hetcommCollAllReduce || coll > hetcommCollAlltoAll)
-      return hetcomm::invalidArgument("collective %d is not a hetcommCollective_t", static_cast<int>(coll));
-    coll::Args a;
-    a.kind = static_cast<coll::CollKind>(coll);
-    a.count = count;
-    a.dtype = static_cast<kernels::DataType>(datatype);
+    HC_ASSIGN_OR_RETURN(coll::Args a, predictionArgs(coll, count, datatype, name, nameLen, false));
     HC_ASSIGN_OR_RETURN(coll::Selection sel, c->selectFor(a));
-    if (nameLen) {
-      size_t n = std::min(nameLen - 1, sel.algo->name().size());
-      std::memcpy(name, sel.algo->name().data(), n);
-      name[n] = '\0';
-    }
-    if (predictedUs) *predictedUs = sel.predictedUs;
+    writeSelection(sel, name, nameLen, predictedUs);
+    return hetcomm::okStatus();
+  });
+}
+
+hetcommResult_t hetcommCommPredict(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
+                                   hetcommDataType_t datatype, const int* ranks, int nranks, char* name,
+                                   size_t nameLen, double* predictedUs) {
+  return guard("hetcommCommPredict", [&]() -> Status {
+    HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
+    if (nranks < 1) return hetcomm::invalidArgument("nranks is %d; a group needs 1 rank at least", nranks);
+    if (!ranks) return hetcomm::invalidArgument("ranks is NULL but nranks is %d", nranks);
+    HC_ASSIGN_OR_RETURN(coll::Args a, predictionArgs(coll, count, datatype, name, nameLen, true));
+    HC_ASSIGN_OR_RETURN(coll::Selection sel, c->predictFor(std::vector<int>(ranks, ranks + nranks), a));
+    writeSelection(sel, name, nameLen, predictedUs);
     return hetcomm::okStatus();
   });
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "comm/engine.h"
 #include "comm/link_probe.h"
@@ -35,6 +36,8 @@ HC_PARAM_INT(multiRail, "MULTIRAIL", 1)
 namespace {
 
 constexpr size_t kMaxCachedPlans = 256;
+// Groups whose views predictFor keeps: a planner asks about each candidate group at a few sizes in a row.
+constexpr size_t kPredictedGroups = 64;
 
 // What every rank publishes at init: where it runs, what it forces, what it can run (the Offer), and how each of
 // its transports reaches it (blobs, by transport kind; empty for one it does not run).
@@ -328,7 +331,12 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   connPtrs_.resize(nranks_);
   for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
   if (probeEnabled() && nranks_ > 1) HC_TRY(probeLinks(offers, forcedKinds, deadline));
-  group_ = groupView(*cluster_, *links_);
+  std::vector<int> sameHosts(cluster_->nhosts());
+  std::iota(sameHosts.begin(), sameHosts.end(), 0);
+  group_ = groupView(rank_, *cluster_, *links_, sameHosts);
+  group_.lateReceiveFree.assign(nranks_, 0);
+  for (int p = 0; p < nranks_; ++p)
+    if (conns_[p]) group_.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
@@ -395,20 +403,68 @@ const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->
 // What the planners and the cost model see of this communicator: the cluster as a link graph (hosts, islands,
 // NICs, routes, each host's memory rates), the link matrix's alpha and bandwidth per pair, and per peer whether
 // late receives are free. Prepared: what is derived from it is kept for the communicator's life.
-coll::GroupView Communicator::groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const {
+coll::GroupView Communicator::groupView(int rank, const topo::ClusterView& view, const topo::LinkMatrix& links,
+                                        const std::vector<int>& parentHost) const {
+  const size_t nh = static_cast<size_t>(cluster_->nhosts());
   auto graph = std::make_shared<topo::LinkGraph>(topo::buildLinkGraph(view, links, multiRail() != 0, [&](int a, int b) {
-    return tcpBetweenHosts_[static_cast<size_t>(a) * view.nhosts() + b] != 0;
+    return tcpBetweenHosts_[static_cast<size_t>(parentHost[a]) * nh + parentHost[b]] != 0;
   }));
-  for (size_t h = 0; h < memoryRates_.size() && h < graph->hosts.size(); ++h) {
-    graph->hosts[h].memcpyGBps = memoryRates_[h].memcpyGBps;
-    graph->hosts[h].reduceGBps = memoryRates_[h].reduceGBps;
+  for (size_t h = 0; h < graph->hosts.size(); ++h) {
+    const size_t from = static_cast<size_t>(parentHost[h]);
+    if (from >= memoryRates_.size()) continue;
+    graph->hosts[h].memcpyGBps = memoryRates_[from].memcpyGBps;
+    graph->hosts[h].reduceGBps = memoryRates_[from].reduceGBps;
   }
-  coll::GroupView g = coll::GroupView::fromGraph(rank_, std::move(graph), chunkBytes_);
-  g.lateReceiveFree.assign(nranks_, 0);
-  for (int p = 0; p < nranks_; ++p)
-    if (conns_[p]) g.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
+  coll::GroupView g = coll::GroupView::fromGraph(rank, std::move(graph), chunkBytes_);
   g.prepare();
   return g;
+}
+
+Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, coll::Args args) {
+  if (ranks.empty()) return invalidArgument("the group is empty");
+  std::vector<char> listed(nranks_, 0);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    if (r < 0 || r >= nranks_)
+      return invalidArgument("ranks[%zu] = %d is not a rank of this communicator (0..%d)", i, r, nranks_ - 1);
+    if (listed[r]++) return invalidArgument("ranks[%zu] = %d is listed twice", i, r);
+  }
+  if (args.kind == coll::CollKind::kSendRecv && args.p2p.empty()) {
+    if (ranks.size() < 2) return invalidArgument("a send needs a group of 2 ranks at least, got 1");
+    args.p2p.push_back({true, 1, args.count * kernels::sizeOf(args.dtype), 0});
+  }
+  std::shared_ptr<coll::GroupView> g;
+  {
+    std::lock_guard<std::mutex> lock(predictMu_);
+    for (auto it = predicted_.begin(); it != predicted_.end(); ++it)
+      if (it->first == ranks) {
+        g = it->second;
+        std::rotate(it, it + 1, predicted_.end());  // most recent last
+        break;
+      }
+  }
+  if (!g) {
+    // The group's own view: its ranks' nodes, this communicator's link figures between them, and the hosts'
+    // memory rates and transports as this communicator found them.
+    std::vector<topo::NodeDescription> nodes;
+    for (int r : ranks) nodes.push_back(cluster_->node(r));
+    HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
+    topo::LinkMatrix links = topo::LinkMatrix::nominal(view, multiRail() != 0);
+    const int n = static_cast<int>(ranks.size());
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        if (const topo::Link& l = links_->at(ranks[i], ranks[j]); i != j && l.measured)
+          HC_TRY(links.setMeasured(i, j, l.alphaUs, l.bwGBps));
+    std::vector<int> parentHost(view.nhosts());
+    for (int i = 0; i < n; ++i) parentHost[view.hostOf(i)] = cluster_->hostOf(ranks[i]);
+    // Seen from this rank when it is in the group, else from the group's rank 0.
+    const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
+    g = std::make_shared<coll::GroupView>(groupView(me < n ? me : 0, view, links, parentHost));
+    std::lock_guard<std::mutex> lock(predictMu_);
+    predicted_.push_back({ranks, g});
+    if (predicted_.size() > kPredictedGroups) predicted_.erase(predicted_.begin());
+  }
+  return coll::selectAlgorithm(args, *g, forcedAlgo_);
 }
 
 // One INFO line per (transport, reason) this rank uses: "rank 0: transport shm to ranks 1-3: same host".

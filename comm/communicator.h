@@ -73,7 +73,13 @@ class Communicator {
   // The algorithm a call with these arguments would run, and its predicted time (after init; any thread).
   Result<coll::Selection> selectFor(const coll::Args& args) const {
     return coll::selectAlgorithm(args, group_, forcedAlgo_);
-  }
+  }  // The selection a communicator of exactly these ranks of this one, in this order, would make (ranks[0] its rank
+  // 0), from this one's topology and link figures, without building it: what a planner asks of candidate groups
+  // (hetcommCommPredict). A kSendRecv args with no p2p ops means one message of args.count elements from the
+  // group's rank 0 to its rank 1. The views of the last groups asked about are kept, so asking again at another
+  // size is cheap. Errors: an empty list, a rank out of range or listed twice, sendrecv on fewer than 2 ranks.
+  Result<coll::Selection> predictFor(const std::vector<int>& ranks, coll::Args args);
+
 
   // Where rank r runs: its host and island, numbered densely from 0 (after init).
   int hostOf(int r) const { return group_.hostOf(r); }
@@ -105,7 +111,10 @@ class Communicator {
   void setBusy(bool busy);
   void logAlgorithmTable() const;
   void logTransportChoices() const;
-  coll::GroupView groupView(const topo::ClusterView& view, const topo::LinkMatrix& links) const;
+  // rank: this rank's number in the view's group; parentHost[h]: this communicator's host number of view's host h
+  // (its own view: h itself).
+  coll::GroupView groupView(int rank, const topo::ClusterView& view, const topo::LinkMatrix& links,
+                            const std::vector<int>& parentHost) const;
   // Rank 0: a finished collective's time against its prediction; figures from the probe cache that collectives
   // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
   void checkPrediction(const Op& op, double seconds);
@@ -138,6 +147,9 @@ class Communicator {
   std::vector<MemoryRates> memoryRates_;              // per host (probed), for the cost model's memory terms
   std::string probeCacheFile_;                        // the cache the link figures came from, if they did
   std::vector<char> tcpBetweenHosts_;                 // per host pair: its transport is tcp (it takes a path)
+  std::mutex predictMu_;                              // guards predicted_
+  // predictFor's views of the groups asked about last, most recent last; at most kPredictedGroups.
+  std::vector<std::pair<std::vector<int>, std::shared_ptr<coll::GroupView>>> predicted_;
   bool attached_ = false;
   bool hostsStore_ = false;
 

@@ -148,11 +148,19 @@ typedef enum {
   hetcommCollReduce = 2,
   hetcommCollAllGather = 3,
   hetcommCollReduceScatter = 4,
-  hetcommCollAlltoAll = 5
+  hetcommCollAlltoAll = 5,
+  hetcommCollSendRecv = 6 /* hetcommCommPredict only: one message of count elements from ranks[0] to ranks[1] */
 } hetcommCollective_t;
 HETCOMM_API hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
                                                     hetcommDataType_t datatype, char* name, size_t nameLen,
                                                     double* predictedUs);
+/* hetcomm extension, for planners: the same for a group of comm's ranks, as a communicator split from comm with
+ * exactly those ranks, in that order, would run it (ranks[0] is its rank 0, the root of a broadcast or reduce):
+ * from comm's topology and link figures, locally, without building that communicator. ranks: nranks distinct
+ * ranks of comm. Asking about the same group again (at another size, say) is cheap. */
+HETCOMM_API hetcommResult_t hetcommCommPredict(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
+                                               hetcommDataType_t datatype, const int* ranks, int nranks, char* name,
+                                               size_t nameLen, double* predictedUs);
 HETCOMM_API hetcommResult_t hetcommCommPeerTransport(const hetcommComm_t comm, int peer, char* name, size_t nameLen,
                                                      char* reason, size_t reasonLen);
 /* hetcomm extension: where a rank of comm runs, from the topology: its host and its island (hosts joined by one

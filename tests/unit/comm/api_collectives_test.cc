@@ -274,6 +274,74 @@ TEST(ApiComm, SplitFromThreads) {
   EXPECT_EQ(v, std::vector<int>(n, n));
 }
 
+// hetcommCommPredict over every rank of the communicator is what the communicator itself chooses and predicts.
+TEST(ApiComm, PredictForTheWholeGroupIsWhatTheCommunicatorChooses) {
+  const int n = 4;
+  Comms comms;
+  ASSERT_NO_FATAL_FAILURE(initAll(comms, n));
+  const int all[n] = {0, 1, 2, 3};
+  for (hetcommCollective_t coll : {hetcommCollAllReduce, hetcommCollBroadcast, hetcommCollReduce,
+                                   hetcommCollAllGather, hetcommCollReduceScatter, hetcommCollAlltoAll})
+    for (size_t count : {size_t{1}, size_t{1} << 12, size_t{1} << 22}) {
+      SCOPED_TRACE("collective " + std::to_string(coll) + ", count " + std::to_string(count));
+      char chosen[32], predicted[32];
+      double chosenUs = -1, predictedUs = -2;
+      HC_ASSERT_OK(hetcommCommGetAlgorithm(comms[0], coll, count, hetcommFloat32, chosen, sizeof chosen, &chosenUs));
+      HC_ASSERT_OK(hetcommCommPredict(comms[0], coll, count, hetcommFloat32, all, n, predicted, sizeof predicted,
+                                      &predictedUs));
+      EXPECT_STREQ(chosen, predicted);
+      EXPECT_DOUBLE_EQ(chosenUs, predictedUs);
+    }
+}
+
+TEST(ApiComm, PredictForSubgroupsAndSends) {
+  const int n = 4;
+  Comms comms;
+  ASSERT_NO_FATAL_FAILURE(initAll(comms, n));
+  const int pair[2] = {3, 1};
+  char name[32];
+  double small = 0, large = 0;
+  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollSendRecv, 1, hetcommFloat32, pair, 2, name, sizeof name,
+                                  &small));
+  EXPECT_STREQ(name, "direct");
+  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollSendRecv, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0,
+                                  &large));
+  EXPECT_GT(small, 0);
+  EXPECT_GT(large, small);  // 4 MiB over the link take longer than 4 bytes
+  // A group the caller is not in, of one rank: nothing to move.
+  const int one[1] = {2};
+  double alone = -1;
+  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollAllReduce, 1 << 20, hetcommFloat32, one, 1, nullptr, 0, &alone));
+  EXPECT_GE(alone, 0);
+  double pairUs = 0;
+  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollAllGather, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0,
+                                  &pairUs));
+  EXPECT_GT(pairUs, 0);
+}
+
+TEST(ApiComm, PredictRefusesBadGroupsNamingThem) {
+  const int n = 3;
+  Comms comms;
+  ASSERT_NO_FATAL_FAILURE(initAll(comms, n));
+  double us = 0;
+  auto refused = [&](const int* ranks, int count, hetcommCollective_t coll, const char* what) {
+    EXPECT_EQ(hetcommCommPredict(comms[0], coll, 16, hetcommFloat32, ranks, count, nullptr, 0, &us),
+              hetcommInvalidArgument)
+        << what;
+    EXPECT_NE(lastError().find(what), std::string::npos) << lastError();
+  };
+  const int outOfRange[2] = {0, 3}, twice[3] = {1, 0, 1}, one[1] = {0};
+  refused(outOfRange, 2, hetcommCollAllReduce, "ranks[1] = 3 is not a rank of this communicator (0..2)");
+  refused(twice, 3, hetcommCollAllReduce, "ranks[2] = 1 is listed twice");
+  refused(one, 0, hetcommCollAllReduce, "nranks is 0");
+  refused(nullptr, 2, hetcommCollAllReduce, "ranks is NULL");
+  refused(one, 1, hetcommCollSendRecv, "a send needs a group of 2 ranks at least");
+  refused(one, 1, static_cast<hetcommCollective_t>(7), "collective 7 is not a hetcommCollective_t");
+  EXPECT_EQ(hetcommCommGetAlgorithm(comms[0], hetcommCollSendRecv, 16, hetcommFloat32, nullptr, 0, &us),
+            hetcommInvalidArgument);
+  EXPECT_NE(lastError().find("only hetcommCommPredict takes sendrecv"), std::string::npos) << lastError();
+}
+
 TEST(ApiComm, SplitWithNoColorGivesNull) {
   const int n = 3;
   Comms parent;
