@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # check_layers.sh: the layer rules of DESIGN.md, checked on #include lines. A layer includes only the layers
-# below it; clients (perf/, trainer/) include only the public headers in include/hetcomm/.
+# below it; clients (perf/, trainer/, planner/) include only the public headers in include/hetcomm/ (the planner
+# also the trainer's plan and model types; the trainer will link it for --plan auto, never include it below).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 status=0
@@ -14,15 +15,17 @@ check() {  # folder, then forbidden include prefixes
     fi
   done
 }
-check common kernels transports topology collectives comm trainer perf
-check kernels transports topology collectives comm trainer perf
-check transports topology collectives comm trainer perf
-check topology transports collectives comm trainer perf
-check collectives comm trainer perf
+check common kernels transports topology collectives comm trainer perf planner
+check kernels transports topology collectives comm trainer perf planner
+check transports topology collectives comm trainer perf planner
+check topology transports collectives comm trainer perf planner
+check collectives comm trainer perf planner
+check comm trainer perf planner
 check trainer common transports topology collectives comm perf
 # The trainer's tensor math is kernels/nn (DESIGN.md); nothing else of kernels/.
 hits=$(grep -rnE '#include[[:space:]]*["<]kernels/' trainer --include='*.h' --include='*.cc' 2>/dev/null | grep -v 'kernels/nn/nn.h')
 if [ -n "$hits" ]; then echo "layer rule broken: trainer/ may include only kernels/nn/nn.h of kernels/:"; echo "$hits"; status=1; fi
-check perf common kernels transports topology collectives comm trainer
+check perf common kernels transports topology collectives comm trainer planner
+check planner common kernels transports topology collectives comm perf
 [ $status = 0 ] && echo "layers: ok"
 exit $status

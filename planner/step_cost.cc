@@ -1,0 +1,234 @@
+#include "planner/step_cost.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "trainer/model.h"
+#include "trainer/param_layout.h"
+
+namespace hetcomm::planner {
+namespace {
+
+using trainer::Error;
+using trainer::Result;
+
+Error bad(const std::string& field, const std::string& detail) {
+  return Error{.source = "planner inputs", .field = field, .detail = detail};
+}
+
+// One stage of one replica, as the plan and the roles place it.
+struct StageAt {
+  int replica = 0, stage = 0;
+  const std::vector<int>* ranks = nullptr;  // its TP group, in TP order
+  trainer::Shard shard;
+};
+
+// The trainer's shard of a stage's TP rank (hetcomm_train.cc): its blocks, the embedding on the first stage, the
+// head on the last.
+trainer::Shard shardOf(const trainer::ParallelPlan& plan, int stage, int tpRank) {
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += plan.stages[s].layers;
+  const int S = static_cast<int>(plan.stages.size());
+  return trainer::Shard{.firstLayer = first,
+                        .layers = plan.stages[stage].layers,
+                        .embedding = stage == 0,
+                        .head = stage == S - 1,
+                        .tp = plan.stages[stage].tp,
+                        .tpRank = tpRank};
+}
+
+class Builder {
+ public:
+  Builder(const StepInputs& in, const CollectiveTime& time) : in_(in), time_(time) {}
+
+  Result<StepCost> build() {
+    const trainer::ParallelPlan& plan = in_.plan;
+    const int R = plan.dp, S = static_cast<int>(plan.stages.size());
+    if (static_cast<int>(in_.rankFlops.size()) != plan.worldSize())
+      return bad("rankFlops", "has " + std::to_string(in_.rankFlops.size()) + " rates for " +
+                                  std::to_string(plan.worldSize()) + " ranks");
+    for (size_t r = 0; r < in_.rankFlops.size(); ++r)
+      if (!(in_.rankFlops[r] > 0))
+        return bad("rankFlops[" + std::to_string(r) + "]", "must be positive, got " + std::to_string(in_.rankFlops[r]));
+    if (static_cast<int>(in_.roles.ranks.size()) != R || static_cast<int>(plan.microBatches.size()) != R)
+      return bad("roles", "not of the plan's shape (" + std::to_string(R) + " replicas); validate and assign first");
+    StepCost cost;
+    for (int r = 0; r < R; ++r) {
+      ReplicaCost rep;
+      rep.microBatches = plan.microBatches[r];
+      for (int s = 0; s < S; ++s) {
+        auto st = stageCost(r, s);
+        if (!st) return st.error();
+        rep.stages.push_back(*st);
+      }
+      cost.replicas.push_back(std::move(rep));
+    }
+    const size_t tableFloats = size_t(model().vocabSize) * model().dModel;
+    if (S >= 2) {  // the tied sum of the slowest replica's first and last stages
+      for (int r = 0; r < R; ++r) {
+        std::vector<int> tied = in_.roles.ranks[r][0];
+        tied.insert(tied.end(), in_.roles.ranks[r][S - 1].begin(), in_.roles.ranks[r][S - 1].end());
+        auto t = time_(hetcommCollAllReduce, tableFloats, tied);
+        if (!t) return t.error();
+        cost.tiedSumS = std::max(cost.tiedSumS, *t);
+      }
+    }
+    std::vector<int> world(plan.worldSize());
+    for (int i = 0; i < plan.worldSize(); ++i) world[i] = i;
+    auto sum = time_(hetcommCollAllReduce, 4, world);  // the loss and the norm: two doubles
+    if (!sum) return sum.error();
+    cost.worldSumS = *sum;
+    cost.buckets.resize(R > 1 ? S : 0);
+    cost.optimizerS.resize(S);
+    for (int s = 0; s < S; ++s)
+      if (auto ok = stageReductions(s, cost); !ok) return ok.error();
+    return cost;
+  }
+
+ private:
+  const trainer::ModelConfig& model() const { return in_.config.model; }
+  size_t tokens() const { return size_t(in_.config.microBatch) * model().seqLen; }
+
+  Result<double> time(hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) const {
+    if (ranks.size() < 2 && coll != hetcommCollSendRecv) return 0.0;
+    return time_(coll, count, ranks);
+  }
+
+  Result<StageCost> stageCost(int r, int s) {
+    const trainer::ParallelPlan& plan = in_.plan;
+    const int S = static_cast<int>(plan.stages.size());
+    const std::vector<int>& group = in_.roles.ranks[r][s];
+    const int tp = plan.stages[s].tp, layers = plan.stages[s].layers;
+    double rate = in_.rankFlops[group[0]];
+    for (int g : group) rate = std::min(rate, in_.rankFlops[g]);
+    const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(model());
+    const bool head = s == S - 1, embedding = s == 0;
+    const double forwardFlops = (layers * (f.attention + f.mlp) + (head ? f.head : 0)) / tp * double(tokens());
+    const size_t stream = tokens() * model().dModel;
+    StageCost c;
+    c.ranks = tp;
+    auto sumOf = [&](size_t count) { return time(hetcommCollAllReduce, count, group); };
+    auto streamSum = sumOf(stream);
+    if (!streamSum) return streamSum.error();
+    double forwardComm = (embedding ? 1 : 0) * *streamSum + 2.0 * layers * *streamSum;
+    if (head && tp > 1) {  // the vocabulary-parallel softmax: a max over tokens, then two sums per token
+      auto mx = sumOf(tokens()), two = sumOf(2 * tokens());
+      if (!mx) return mx.error();
+      if (!two) return two.error();
+      forwardComm += *mx + *two;
+    }
+    const double backwardComm = (head ? 1 : 0) * *streamSum + 2.0 * layers * *streamSum;
+    c.forwardS = forwardFlops / rate + forwardComm;
+    c.backwardS = 2 * forwardFlops / rate + backwardComm;
+    if (s + 1 < S) {
+      auto fwd = transfer(in_.roles.ranks[r][s], in_.roles.ranks[r][s + 1]);
+      if (!fwd) return fwd.error();
+      auto back = transfer(in_.roles.ranks[r][s + 1], in_.roles.ranks[r][s]);
+      if (!back) return back.error();
+      c.transferS = *fwd;
+      c.gradientTransferS = *back;
+    }
+    // Where the bucket readiness comes from: the time into the backward at which each group is final.
+    backwardShares_[{r, s}] = groupShares(s, 2 * forwardFlops / rate + backwardComm, 2 * (f.attention + f.mlp) / tp *
+                                                                                        double(tokens()) / rate,
+                                          *streamSum, head ? 2 * f.head / tp * double(tokens()) / rate : 0);
+    return c;
+  }
+
+  // The residual stream from one stage's TP group to the next's: receiver j takes 1/tp of it from sender j mod
+  // tp_from (the slowest pair sets the time), then the receivers all-gather.
+  Result<double> transfer(const std::vector<int>& from, const std::vector<int>& to) const {
+    const size_t stream = tokens() * model().dModel, slice = stream / to.size();
+    double slowest = 0;
+    for (size_t j = 0; j < to.size(); ++j) {
+      auto t = time(hetcommCollSendRecv, slice, {from[j % from.size()], to[j]});
+      if (!t) return t.error();
+      slowest = std::max(slowest, *t);
+    }
+    auto gather = time(hetcommCollAllGather, slice, to);
+    if (!gather) return gather.error();
+    return slowest + *gather;
+  }
+
+  // Per group of the model (0 embeddings, 1 + layer, nLayer + 1 the head's), the share of the stage's backward
+  // run when its gradients are final: the head first, then the blocks from the last, then the embedding.
+  std::vector<double> groupShares(int s, double backwardS, double blockFlopsS, double streamSumS, double headS) const {
+    const int groups = model().nLayer + 2;
+    std::vector<double> at(groups, 1.0);
+    const trainer::Shard sh = shardOf(in_.plan, s, 0);
+    double t = 0;
+    if (sh.head) {
+      t += headS + streamSumS;
+      at[model().nLayer + 1] = t;
+    }
+    for (int i = sh.layers - 1; i >= 0; --i) {
+      t += blockFlopsS + 2 * streamSumS;
+      at[1 + sh.firstLayer + i] = t;
+    }
+    at[0] = backwardS;
+    for (double& a : at) a = backwardS > 0 ? std::min(1.0, a / backwardS) : 1.0;
+    return at;
+  }
+
+  // The stage's buckets over its DP groups (the slowest TP rank's), and its optimizer.
+  Result<void> stageReductions(int s, StepCost& cost) {
+    const trainer::ParallelPlan& plan = in_.plan;
+    const int R = plan.dp, S = static_cast<int>(plan.stages.size()), tp = plan.stages[s].tp;
+    const int tiedGroup = S >= 2 ? (s == 0 ? 0 : (s == S - 1 ? model().nLayer + 1 : -1)) : -1;
+    double optimizer = 0;
+    for (int t = 0; t < tp; ++t) {
+      const trainer::ParamLayout layout(model(), shardOf(plan, s, t), in_.bucketBytes, R);
+      std::vector<int> dp;
+      for (int r = 0; r < R; ++r) dp.push_back(in_.roles.ranks[r][s][t]);
+      std::vector<Bucket> buckets;
+      double gather = 0;
+      for (const trainer::Bucket& b : layout.buckets()) {
+        const hetcommCollective_t coll = in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce;
+        auto reduce = time(coll, in_.zero1 ? b.length / R : b.length, dp);
+        if (!reduce) return reduce.error();
+        if (in_.zero1) {
+          auto g = time(hetcommCollAllGather, b.length / R, dp);
+          if (!g) return g.error();
+          gather += *g;
+        }
+        // Replica 0's share: every replica's stage runs the same blocks (at its own devices' rate).
+        const double share = backwardShares_.at({0, s})[b.firstGroup];
+        buckets.push_back({share, *reduce, tiedGroup >= b.firstGroup && tiedGroup <= b.lastGroup});
+      }
+      if (R > 1 && (cost.buckets[s].empty() || total(buckets) > total(cost.buckets[s]))) cost.buckets[s] = buckets;
+      const double floats = double(in_.zero1 ? layout.totalFloats() / R : layout.totalFloats());
+      // AdamW reads a parameter, its gradient and two moments and writes three: 28 bytes a float.
+      optimizer = std::max(optimizer, floats * 28 / in_.optimizerBytesPerS + gather);
+    }
+    cost.optimizerS[s] = optimizer;
+    return {};
+  }
+
+  static double total(const std::vector<Bucket>& b) {
+    double t = 0;
+    for (const Bucket& k : b) t += k.reduceS;
+    return t;
+  }
+
+  const StepInputs& in_;
+  const CollectiveTime& time_;
+  std::map<std::pair<int, int>, std::vector<double>> backwardShares_;  // (replica, stage) -> per group
+};
+
+}  // namespace
+
+CollectiveTime predictedBy(hetcommComm_t world) {
+  return [world](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> Result<double> {
+    double us = 0;
+    if (hetcommResult_t rc = hetcommCommPredict(world, coll, count, hetcommFloat32, ranks.data(),
+                                                static_cast<int>(ranks.size()), nullptr, 0, &us);
+        rc != hetcommSuccess)
+      return Error{.source = "planner", .field = "hetcommCommPredict", .detail = hetcommGetLastError(world)};
+    return us * 1e-6;
+  };
+}
+
+Result<StepCost> stepCost(const StepInputs& in, const CollectiveTime& time) { return Builder(in, time).build(); }
+
+}  // namespace hetcomm::planner

@@ -1,0 +1,56 @@
+// step_cost.h: what each part of a hybrid plan's training step costs, for the step simulator (step_sim.h), from
+// the model's FLOPs, each rank's device rate, and the communication library's own predictions for every group the
+// plan makes (never a cost model of the planner's own).
+//
+// Per stage and micro-batch of micro_batch sequences of seq_len tokens, as trainer/emulated_stage.cc runs it:
+//   compute    the stage's FLOPs (its blocks' attention and MLP, the head on the last stage; backward twice the
+//              forward) over its TP group's slowest device rate, each rank holding 1/tp of every block;
+//   TP sums    forward: the embedding's sum (first stage), two per block, the head's max and sums (last stage);
+//              backward: the head's one, two per block; each an all-reduce over the stage's TP group, of the
+//              residual stream (tokens x d_model floats) or the softmax's statistics;
+//   transfers  rank j of the receiving stage takes 1/tp of the activation from rank j mod tp of the sending one
+//              (the slowest pair counts), then the receiving TP group all-gathers it; the gradient back alike;
+//   buckets    the stage's gradient buckets (trainer/param_layout.h: --bucket-mb, aligned to the DP size), each an
+//              all-reduce (ZeRO-1: a reduce-scatter) over the stage's DP groups (the slowest TP rank's group), final
+//              once the backward has passed the bucket's first group; the tied embedding's bucket after the sum;
+//   tied sum   an all-reduce of the whole embedding table over the first and last stages' ranks;
+//   optimizer  AdamW over the floats the rank updates (all, or its ZeRO-1 slice) at the host's memory rate, and
+//              under ZeRO-1 an all-gather of every bucket.
+#pragma once
+
+#include <hetcomm/hetcomm.h>
+
+#include <functional>
+#include <vector>
+
+#include "planner/step_sim.h"
+#include "trainer/config.h"
+#include "trainer/error.h"
+#include "trainer/plan.h"
+
+namespace hetcomm::planner {
+
+// The time of one collective (or one message: hetcommCollSendRecv from ranks[0] to ranks[1]) of count float32
+// elements over the group of global ranks, in group order; counts as the hetcomm call takes them. In seconds.
+using CollectiveTime =
+    std::function<trainer::Result<double>(hetcommCollective_t coll, size_t count, const std::vector<int>& ranks)>;
+
+// hetcommCommPredict over world (not owned; it must outlive the result).
+CollectiveTime predictedBy(hetcommComm_t world);
+
+struct StepInputs {
+  trainer::TrainConfig config;    // the model, micro_batch (sequences per micro-batch)
+  trainer::ParallelPlan plan;     // validated: microBatches filled
+  trainer::RoleTable roles;       // from assignRoles
+  std::vector<double> rankFlops;  // per global rank: FLOP/s of its device
+  size_t bucketBytes = 1 << 20;   // --bucket-mb
+  bool zero1 = false;
+  // What AdamW streams per second on one rank (bytes of parameters, gradients and moments read and written).
+  double optimizerBytesPerS = 4e9;
+};
+
+// Errors: rankFlops not one positive rate per rank of the plan; roles not of the plan's shape; a failed
+// prediction (its message).
+trainer::Result<StepCost> stepCost(const StepInputs& in, const CollectiveTime& time);
+
+}  // namespace hetcomm::planner

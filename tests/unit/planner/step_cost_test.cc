@@ -1,0 +1,140 @@
+// The step's costs from a plan: every group the trainer makes is asked about, with the trainer's sizes, and the
+// compute follows the FLOPs and the slowest device of each TP group.
+#include "planner/step_cost.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "trainer/model.h"
+
+namespace hetcomm::planner {
+namespace {
+
+// A link of 1 GB/s and 10 us for every collective and message: each call's bytes over the link, recorded.
+struct FakeLinks {
+  std::vector<std::tuple<hetcommCollective_t, size_t, std::vector<int>>> calls;
+  CollectiveTime time() {
+    return [this](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> trainer::Result<double> {
+      calls.emplace_back(coll, count, ranks);
+      return 10e-6 + count * 4 / 1e9;
+    };
+  }
+  bool asked(hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) const {
+    for (const auto& c : calls)
+      if (c == std::make_tuple(coll, count, ranks)) return true;
+    return false;
+  }
+};
+
+StepInputs inputs(int tp, int pp, int dp) {
+  StepInputs in;
+  in.config.model = {.nLayer = 4, .nHead = 4, .dModel = 64, .seqLen = 32, .vocabSize = 256};
+  in.config.microBatch = 2;
+  in.config.globalBatch = 4 * dp;
+  in.plan = trainer::uniformPlan(in.config, tp, pp, dp);
+  EXPECT_TRUE(trainer::validatePlan(in.plan, in.config, in.plan.worldSize()).has_value());
+  trainer::Placement where;
+  for (int r = 0; r < in.plan.worldSize(); ++r) {
+    where.host.push_back(r / 2);
+    where.island.push_back(0);
+  }
+  in.roles = trainer::assignRoles(in.plan, where, trainer::Assignment::kNaive).value();
+  in.rankFlops.assign(in.plan.worldSize(), 1e9);
+  return in;
+}
+
+TEST(StepCost, ComputeIsTheStagesFlopsAtItsSlowestDevice) {
+  StepInputs in = inputs(1, 2, 1);
+  in.rankFlops = {1e9, 0.5e9};
+  FakeLinks links;
+  StepCost c = stepCost(in, links.time()).value();
+  ASSERT_EQ(c.replicas.size(), 1u);
+  ASSERT_EQ(c.replicas[0].stages.size(), 2u);
+  EXPECT_EQ(c.replicas[0].microBatches, 2);
+  const auto f = trainer::Gpt::forwardFlopsPerToken(in.config.model);
+  const double tokens = 2 * 32;
+  EXPECT_DOUBLE_EQ(c.replicas[0].stages[0].forwardS, 2 * (f.attention + f.mlp) * tokens / 1e9);
+  EXPECT_DOUBLE_EQ(c.replicas[0].stages[1].forwardS, (2 * (f.attention + f.mlp) + f.head) * tokens / 0.5e9);
+  EXPECT_DOUBLE_EQ(c.replicas[0].stages[1].backwardS, 2 * c.replicas[0].stages[1].forwardS);
+  // The activation (tokens x d_model floats) from rank 0 to rank 1, one TP rank each: no all-gather.
+  const size_t stream = 2 * 32 * 64;
+  EXPECT_TRUE(links.asked(hetcommCollSendRecv, stream, {0, 1}));
+  EXPECT_TRUE(links.asked(hetcommCollSendRecv, stream, {1, 0}));
+  EXPECT_DOUBLE_EQ(c.replicas[0].stages[0].transferS, 10e-6 + stream * 4 / 1e9);
+  // The tied embedding over both stages, the world's sum; one replica: no buckets.
+  EXPECT_TRUE(links.asked(hetcommCollAllReduce, 256 * 64, {0, 1}));
+  EXPECT_DOUBLE_EQ(c.tiedSumS, 10e-6 + 256 * 64 * 4 / 1e9);
+  EXPECT_TRUE(c.buckets.empty());
+  ASSERT_EQ(c.optimizerS.size(), 2u);
+  EXPECT_GT(c.optimizerS[0], 0);
+  EXPECT_TRUE(simulateStep(c).has_value());
+}
+
+TEST(StepCost, TensorParallelSumsAndDataParallelBucketsUseTheTrainersGroups) {
+  StepInputs in = inputs(2, 1, 2);  // naive roles: replica 0 = ranks 0, 1; replica 1 = ranks 2, 3
+  in.bucketBytes = 16 << 10;
+  FakeLinks links;
+  StepCost c = stepCost(in, links.time()).value();
+  const size_t stream = 2 * 32 * 64, tokens = 2 * 32;
+  EXPECT_TRUE(links.asked(hetcommCollAllReduce, stream, {0, 1}));
+  EXPECT_TRUE(links.asked(hetcommCollAllReduce, stream, {2, 3}));
+  EXPECT_TRUE(links.asked(hetcommCollAllReduce, tokens, {0, 1}));      // the softmax's max
+  EXPECT_TRUE(links.asked(hetcommCollAllReduce, 2 * tokens, {0, 1}));  // and its sums
+  const double sum = 10e-6 + stream * 4 / 1e9;
+  const auto f = trainer::Gpt::forwardFlopsPerToken(in.config.model);
+  // Forward: the embedding's sum, two per block, the softmax's two; each rank half the FLOPs.
+  EXPECT_NEAR(c.replicas[0].stages[0].forwardS,
+              (4 * (f.attention + f.mlp) + f.head) / 2 * tokens / 1e9 + 9 * sum + (10e-6 + tokens * 4 / 1e9) +
+                  (10e-6 + 2 * tokens * 4 / 1e9),
+              1e-12);
+  // Buckets: DP groups {0, 2} and {1, 3}, several buckets of a 16 KiB size, ready in the backward's order.
+  ASSERT_EQ(c.buckets.size(), 1u);
+  ASSERT_GT(c.buckets[0].size(), 2u);
+  for (size_t b = 1; b < c.buckets[0].size(); ++b) EXPECT_GE(c.buckets[0][b].readyShare, c.buckets[0][b - 1].readyShare);
+  EXPECT_DOUBLE_EQ(c.buckets[0].back().readyShare, 1.0);  // the embedding's, at the end
+  bool dp0 = false, dp1 = false;
+  for (const auto& [coll, count, ranks] : links.calls) {
+    dp0 |= coll == hetcommCollAllReduce && ranks == std::vector<int>{0, 2};
+    dp1 |= coll == hetcommCollAllReduce && ranks == std::vector<int>{1, 3};
+  }
+  EXPECT_TRUE(dp0 && dp1);
+  // ZeRO-1: reduce-scatters and all-gathers of half a bucket, and half the optimizer's floats.
+  const double plainOptimizer = c.optimizerS[0];
+  in.zero1 = true;
+  links.calls.clear();
+  StepCost z = stepCost(in, links.time()).value();
+  bool scatter = false, gather = false;
+  for (const auto& [coll, count, ranks] : links.calls) {
+    scatter |= coll == hetcommCollReduceScatter && ranks == std::vector<int>{0, 2};
+    gather |= coll == hetcommCollAllGather && ranks == std::vector<int>{0, 2};
+  }
+  EXPECT_TRUE(scatter && gather);
+  EXPECT_NE(z.optimizerS[0], plainOptimizer);
+  EXPECT_TRUE(simulateStep(z).has_value());
+}
+
+TEST(StepCost, BadInputsAndFailedPredictionsAreErrors) {
+  StepInputs in = inputs(1, 2, 1);
+  FakeLinks links;
+  in.rankFlops = {1e9};
+  auto r = stepCost(in, links.time());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("rankFlops: has 1 rates for 2 ranks"), std::string::npos) << r.error().message();
+  in.rankFlops = {1e9, 0};
+  r = stepCost(in, links.time());
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("rankFlops[1]"), std::string::npos) << r.error().message();
+  in.rankFlops = {1e9, 1e9};
+  CollectiveTime failing = [](hetcommCollective_t, size_t, const std::vector<int>&) -> trainer::Result<double> {
+    return trainer::Error{.source = "test", .detail = "no link"};
+  };
+  r = stepCost(in, failing);
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().message().find("no link"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hetcomm::planner
