@@ -111,7 +111,9 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
     return okStatus();
   }
   const size_t total = buf.size();
-  std::vector<Piece> pieces = multiPath_ ? stripe(total, use) : std::vector<Piece>{};
+  std::vector<Piece>& pieces = pieces_;
+  pieces.clear();
+  if (multiPath_) stripe(total, use, pieces);
   if (pieces.empty()) {
     const size_t seg = multiPath_ ? kMultiRailSegmentBytes : kSegmentBytes;
     const size_t nseg = total <= seg ? 1 : (total + seg - 1) / seg;
@@ -177,9 +179,9 @@ std::vector<size_t> stripeShares(size_t total, std::span<const double> weights) 
 }
 
 // Several paths: stripeShares over the striped sockets `use` accepts, each share in segments so a frame never
-// holds a socket long.
+// holds a socket long; appended to pieces (nothing when the message is not cut).
 template <class Use>
-std::vector<TcpConnection::Piece> TcpConnection::stripe(size_t total, Use use) {
+void TcpConnection::stripe(size_t total, Use use, std::vector<Piece>& pieces) {
   std::vector<TcpStream*> cands;
   std::vector<double> weights;
   for (auto& s : streams_)
@@ -187,7 +189,6 @@ std::vector<TcpConnection::Piece> TcpConnection::stripe(size_t total, Use use) {
       cands.push_back(s.get());
       weights.push_back(s->weight);
     }
-  std::vector<Piece> pieces;
   size_t off = 0;
   const std::vector<size_t> shares = stripeShares(total, weights);
   for (size_t i = 0; i < shares.size(); ++i)
@@ -197,7 +198,6 @@ std::vector<TcpConnection::Piece> TcpConnection::stripe(size_t total, Use use) {
       off += len;
       left -= len;
     }
-  return pieces;
 }
 
 void TcpConnection::setWantWrite(TcpStream& s, bool want) {

@@ -132,7 +132,7 @@ class TcpConnection final : public Connection {
   template <class Use>
   Status send(Request& req, std::span<const std::byte> buf, uint64_t tag, Use use);
   template <class Use>
-  std::vector<Piece> stripe(size_t total, Use use);
+  void stripe(size_t total, Use use, std::vector<Piece>& pieces);
   void flush(TcpStream& s);
   void setWantWrite(TcpStream& s, bool want);
 
@@ -151,6 +151,7 @@ class TcpConnection final : public Connection {
   int peer_;
   std::string via_;
   std::vector<std::unique_ptr<TcpStream>> streams_;
+  std::vector<Piece> pieces_;  // send()'s scratch: where the segments of the message being queued go
   BufferPool early_;  // before inbound_, whose leases return to it
   std::unordered_map<uint64_t, Inbound> inbound_;
   Status broken_;  // once set, every new request fails with it
