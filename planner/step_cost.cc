@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include "trainer/memory.h"
 #include "trainer/model.h"
 #include "trainer/param_layout.h"
 
@@ -17,25 +18,8 @@ Error bad(const std::string& field, const std::string& detail) {
   return Error{.source = "planner inputs", .field = field, .detail = detail};
 }
 
-// One stage of one replica, as the plan and the roles place it.
-struct StageAt {
-  int replica = 0, stage = 0;
-  const std::vector<int>* ranks = nullptr;  // its TP group, in TP order
-  trainer::Shard shard;
-};
-
-// The trainer's shard of a stage's TP rank (hetcomm_train.cc): its blocks, the embedding on the first stage, the
-// head on the last.
-trainer::Shard shardOf(const trainer::ParallelPlan& plan, int stage, int tpRank) {
-  int first = 0;
-  for (int s = 0; s < stage; ++s) first += plan.stages[s].layers;
-  const int S = static_cast<int>(plan.stages.size());
-  return trainer::Shard{.firstLayer = first,
-                        .layers = plan.stages[stage].layers,
-                        .embedding = stage == 0,
-                        .head = stage == S - 1,
-                        .tp = plan.stages[stage].tp,
-                        .tpRank = tpRank};
+trainer::Shard stageShard(const trainer::ParallelPlan& plan, int stage, int tpRank) {
+  return trainer::shardOf(plan, trainer::Role{.replica = 0, .stage = stage, .tpRank = tpRank});
 }
 
 class Builder {
@@ -156,7 +140,7 @@ class Builder {
   std::vector<double> groupShares(int s, double backwardS, double blockFlopsS, double streamSumS, double headS) const {
     const int groups = model().nLayer + 2;
     std::vector<double> at(groups, 1.0);
-    const trainer::Shard sh = shardOf(in_.plan, s, 0);
+    const trainer::Shard sh = stageShard(in_.plan, s, 0);
     double t = 0;
     if (sh.head) {
       t += headS + streamSumS;
@@ -178,7 +162,7 @@ class Builder {
     const int tiedGroup = S >= 2 ? (s == 0 ? 0 : (s == S - 1 ? model().nLayer + 1 : -1)) : -1;
     double optimizer = 0;
     for (int t = 0; t < tp; ++t) {
-      const trainer::ParamLayout layout(model(), shardOf(plan, s, t), in_.bucketBytes, R);
+      const trainer::ParamLayout layout(model(), stageShard(plan, s, t), in_.bucketBytes, R);
       std::vector<int> dp;
       for (int r = 0; r < R; ++r) dp.push_back(in_.roles.ranks[r][s][t]);
       std::vector<Bucket> buckets;
@@ -230,5 +214,19 @@ CollectiveTime predictedBy(hetcommComm_t world) {
 }
 
 Result<StepCost> stepCost(const StepInputs& in, const CollectiveTime& time) { return Builder(in, time).build(); }
+
+std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in) {
+  const trainer::ParallelPlan& plan = in.plan;
+  const int S = static_cast<int>(plan.stages.size());
+  std::vector<trainer::MemoryNeed> need(plan.worldSize());
+  for (int g = 0; g < plan.worldSize() && g < static_cast<int>(in.roles.of.size()); ++g) {
+    const trainer::Role& role = in.roles.of[g];
+    const trainer::Shard shard = trainer::shardOf(plan, role);
+    const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, plan.dp);
+    const size_t owned = in.zero1 ? layout.totalFloats() / plan.dp : layout.totalFloats();
+    need[g] = trainer::memoryNeed(in.config, shard, layout, owned, plan.microBatches[role.replica], role.stage, S);
+  }
+  return need;
+}
 
 }  // namespace hetcomm::planner

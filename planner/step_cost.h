@@ -26,6 +26,7 @@
 #include "planner/step_sim.h"
 #include "trainer/config.h"
 #include "trainer/error.h"
+#include "trainer/memory.h"
 #include "trainer/plan.h"
 
 namespace hetcomm::planner {
@@ -48,6 +49,10 @@ struct StepInputs {
   // What AdamW streams per second on one rank (bytes of parameters, gradients and moments read and written).
   double optimizerBytesPerS = 4e9;
 };
+
+// Each global rank's memory while training under the plan, by the trainer's own accounting (trainer/memory.h).
+// in.roles and in.plan as for stepCost; rankFlops is not read.
+std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in);
 
 // Errors: rankFlops not one positive rate per rank of the plan; roles not of the plan's shape; a failed
 // prediction (its message).

@@ -37,6 +37,7 @@
 #include "trainer/emulated_stage.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/model.h"
+#include "trainer/memory.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_layout.h"
 #include "trainer/pipeline.h"
@@ -185,26 +186,7 @@ std::string bytesText(double b) {
   return buf;
 }
 
-// What one rank holds while training (for --memory-limits): its parameters and gradients, AdamW's two moments
-// for the ranges it updates, the activations of the micro-batches in flight with the backward's scratch, and
-// the pipeline's boundary buffers. Not counted: the communication library's staging buffers, and the whole-model
-// buffers of the moments outside training: initialisation at start (one), a resume (three: parameters and both
-// AdamW moments), a checkpoint (one at a time; three on rank 0, which writes them).
-struct MemoryNeed {
-  double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;
-  double total() const { return params + grads + optimizer + activations + buffers; }
-};
-
-MemoryNeed memoryNeed(const ht::TrainConfig& cfg, const ht::Shard& shard, const ht::ParamLayout& layout,
-                      const ht::DataParallel& dp, int slots, int microBatches, int stage, int stages) {
-  MemoryNeed m;
-  m.params = m.grads = double(layout.totalFloats()) * sizeof(float);
-  for (auto [off, len] : dp.ownedRanges()) m.optimizer += 2.0 * double(len) * sizeof(float);
-  m.activations = double(slots) * ht::Gpt::slotBytes(cfg.model, shard, cfg.microBatch) +
-                  ht::Gpt::scratchBytes(cfg.model, shard, cfg.microBatch);
-  m.buffers = ht::Pipeline::bufferBytes(cfg.model, cfg.microBatch, microBatches, stage, stages);
-  return m;
-}
+using ht::MemoryNeed;
 
 // Every rank's need against its limit, collectively: every rank exits when any rank does not fit (the lead
 // names each one with its numbers), so none is left waiting in a collective. Returns the line for the start-up
@@ -449,18 +431,14 @@ int main(int argc, char** argv) {
   const double unigramNats = ht::unigramEntropyNats(dataset.tokens(ht::Split::kTrain));
 
   // ---- model (this rank's stage and TP shard), pipeline, optimizer, data parallelism ----
-  int firstLayer = 0;
-  for (int s = 0; s < role.stage; ++s) firstLayer += plan.stages[s].layers;
-  const ht::Shard shard{.firstLayer = firstLayer, .layers = plan.stages[role.stage].layers,
-                        .embedding = role.stage == 0, .head = role.stage + 1 == S,
-                        .tp = plan.stages[role.stage].tp, .tpRank = role.tpRank};
+  const ht::Shard shard = ht::shardOf(plan, role);
   const size_t bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
   ht::ParamLayout layout(cfg.model, shard, bucketBytes, plan.dp);
   ht::DataParallel dp(groups->dp(), layout, o.zero == 1);
   const int slots = ht::Pipeline::slotsFor(role.stage, S, accum);
   std::string memoryLine;
   if (!o.memoryLimits.empty()) {
-    const MemoryNeed need = memoryNeed(cfg, shard, layout, dp, slots, accum, role.stage, S);
+    const MemoryNeed need = ht::memoryNeed(cfg, shard, layout, dp.ownedFloats(), accum, role.stage, S);
     const uint64_t limit = o.memoryLimits.size() == 1 ? o.memoryLimits[0] : o.memoryLimits[rank];
     memoryLine = checkMemory(need, limit, table, rank, world, worldSum);
   }

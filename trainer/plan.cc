@@ -576,4 +576,15 @@ std::string formatRoleTable(const RoleTable& table, const Placement& where, cons
   return out;
 }
 
+Shard shardOf(const ParallelPlan& plan, const Role& role) {
+  int first = 0;
+  for (int s = 0; s < role.stage; ++s) first += plan.stages[s].layers;
+  return Shard{.firstLayer = first,
+               .layers = plan.stages[role.stage].layers,
+               .embedding = role.stage == 0,
+               .head = role.stage + 1 == static_cast<int>(plan.stages.size()),
+               .tp = plan.stages[role.stage].tp,
+               .tpRank = role.tpRank};
+}
+
 }  // namespace hetcomm::trainer

@@ -30,6 +30,7 @@
 
 #include "trainer/config.h"
 #include "trainer/error.h"
+#include "trainer/param_layout.h"
 
 namespace hetcomm::trainer {
 
@@ -95,6 +96,10 @@ struct Role {
   int tpRank = 0;   // rank within the stage's tensor-parallel group
   bool operator==(const Role&) const = default;
 };
+
+// The part of the model a role holds: its stage's blocks (after the blocks of the stages before it), the
+// embedding on the first stage, the final LayerNorm and head on the last, cut for its TP rank.
+Shard shardOf(const ParallelPlan& plan, const Role& role);
 
 struct RoleTable {
   std::vector<Role> of{};                              // per global rank

@@ -8,7 +8,9 @@
 #include <string>
 #include <tuple>
 
+#include "trainer/memory.h"
 #include "trainer/model.h"
+#include "trainer/param_layout.h"
 
 namespace hetcomm::planner {
 namespace {
@@ -114,6 +116,29 @@ TEST(StepCost, TensorParallelSumsAndDataParallelBucketsUseTheTrainersGroups) {
   EXPECT_TRUE(scatter && gather);
   EXPECT_NE(z.optimizerS[0], plainOptimizer);
   EXPECT_TRUE(simulateStep(z).has_value());
+}
+
+TEST(StepCost, MemoryIsTheTrainersAccountingPerRank) {
+  StepInputs in = inputs(1, 2, 2);  // 2 replicas of 2 stages: ranks 0, 1 and 2, 3
+  std::vector<trainer::MemoryNeed> plain = rankMemory(in);
+  ASSERT_EQ(plain.size(), 4u);
+  for (int g = 0; g < 4; ++g) {
+    const trainer::Role& role = in.roles.of[g];
+    const trainer::Shard shard = trainer::shardOf(in.plan, role);
+    const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, 2);
+    EXPECT_DOUBLE_EQ(plain[g].total(), trainer::memoryNeed(in.config, shard, layout, layout.totalFloats(),
+                                                           in.plan.microBatches[role.replica], role.stage, 2)
+                                           .total())
+        << g;
+  }
+  EXPECT_GT(plain[0].activations, 0);  // the micro-batches in flight are counted
+  // ZeRO-1 over 2 replicas: half the AdamW state, the rest alike.
+  in.zero1 = true;
+  std::vector<trainer::MemoryNeed> zero = rankMemory(in);
+  for (int g = 0; g < 4; ++g) {
+    EXPECT_DOUBLE_EQ(zero[g].optimizer, plain[g].optimizer / 2) << g;
+    EXPECT_DOUBLE_EQ(zero[g].params, plain[g].params) << g;
+  }
 }
 
 TEST(StepCost, BadInputsAndFailedPredictionsAreErrors) {

@@ -1,0 +1,27 @@
+// memory.h: what one rank holds while training (for --memory-limits, and for the planner's plans): its
+// parameters and gradients, AdamW's two moments for the ranges it updates, the activations of the micro-batches
+// in flight with the backward's scratch, and the pipeline's boundary buffers. Not counted: the communication
+// library's staging buffers, and the whole-model buffers of the moments outside training: initialisation at
+// start (one), a resume (three: parameters and both AdamW moments), a checkpoint (one at a time; three on rank 0,
+// which writes them).
+#pragma once
+
+#include <cstddef>
+
+#include "trainer/config.h"
+#include "trainer/param_layout.h"
+
+namespace hetcomm::trainer {
+
+struct MemoryNeed {
+  double params = 0, grads = 0, optimizer = 0, activations = 0, buffers = 0;  // bytes
+  double total() const { return params + grads + optimizer + activations + buffers; }
+};
+
+// ownedFloats: the floats this rank updates (DataParallel::ownedFloats: every float of the layout, or its ZeRO-1
+// slice of each bucket); microBatches: its replica's per step, so that stage `stage` of `stages` keeps
+// Pipeline::slotsFor of them in flight.
+MemoryNeed memoryNeed(const TrainConfig& cfg, const Shard& shard, const ParamLayout& layout, size_t ownedFloats,
+                      int microBatches, int stage, int stages);
+
+}  // namespace hetcomm::trainer
