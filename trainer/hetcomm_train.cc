@@ -178,14 +178,6 @@ std::string figure(double v, const char* format) {
   return buf;
 }
 
-std::string bytesText(double b) {
-  char buf[32];
-  if (b >= double(1 << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1 << 30));
-  else if (b >= double(1 << 20)) std::snprintf(buf, sizeof buf, "%.1f MiB", b / double(1 << 20));
-  else std::snprintf(buf, sizeof buf, "%.0f KiB", b / 1024);
-  return buf;
-}
-
 using ht::MemoryNeed;
 
 // Every rank's need against its limit, collectively: every rank exits when any rank does not fit (the lead
@@ -199,30 +191,21 @@ std::string checkMemory(const MemoryNeed& need, uint64_t limit, const ht::RoleTa
                                 double(limit)};
   std::copy(mine, mine + kFields, all.begin() + size_t(rank) * kFields);
   worldSum(all);
-  std::string refused;
-  int worst = 0;
-  double worstShare = 0;
+  std::vector<MemoryNeed> needs(world);
+  std::vector<double> limits(world);
   for (int r = 0; r < world; ++r) {
     const double* f = all.data() + size_t(r) * kFields;
-    const MemoryNeed n{f[0], f[1], f[2], f[3], f[4]};
-    if (n.total() / f[5] > worstShare) worstShare = n.total() / f[5], worst = r;
-    if (n.total() <= f[5]) continue;
-    const ht::Role& role = table.of[r];
-    refused += "\n  rank " + std::to_string(r) + " (replica " + std::to_string(role.replica) + ", stage " +
-               std::to_string(role.stage) + ", tp rank " + std::to_string(role.tpRank) + ") needs " +
-               bytesText(n.total()) + " > its limit " + bytesText(f[5]) + ": parameters " + bytesText(n.params) +
-               ", gradients " + bytesText(n.grads) + ", AdamW state " + bytesText(n.optimizer) + ", activations " +
-               bytesText(n.activations) + ", pipeline buffers " + bytesText(n.buffers);
+    needs[r] = MemoryNeed{f[0], f[1], f[2], f[3], f[4]};
+    limits[r] = f[5];
   }
-  if (!refused.empty()) {
+  auto line = ht::fitMemory(needs, limits, table);
+  if (!line) {
     if (rank == 0)
       std::fprintf(stderr, "hetcomm-train [rank 0]: error: the plan does not fit --memory-limits:%s\n",
-                   refused.c_str());
+                   line.error().detail.c_str());
     std::exit(1);
   }
-  const double* f = all.data() + size_t(worst) * kFields;
-  return "memory: every rank fits its limit; fullest rank " + std::to_string(worst) + " needs " +
-         bytesText(MemoryNeed{f[0], f[1], f[2], f[3], f[4]}.total()) + " of " + bytesText(f[5]) + "\n";
+  return *line;
 }
 
 class Progress {

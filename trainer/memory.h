@@ -7,9 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "trainer/config.h"
+#include "trainer/error.h"
 #include "trainer/param_layout.h"
+#include "trainer/plan.h"
 
 namespace hetcomm::trainer {
 
@@ -23,5 +27,14 @@ struct MemoryNeed {
 // Pipeline::slotsFor of them in flight.
 MemoryNeed memoryNeed(const TrainConfig& cfg, const Shard& shard, const ParamLayout& layout, size_t ownedFloats,
                       int microBatches, int stage, int stages);
+
+// Every rank's need against its limit (both per global rank; roles names them): the start-up report's line,
+// "memory: every rank fits its limit; fullest rank R needs X of Y", or an error whose detail lists every rank
+// that does not fit, one per line, with its role and its numbers.
+Result<std::string> fitMemory(const std::vector<MemoryNeed>& needs, const std::vector<double>& limits,
+                              const RoleTable& roles);
+
+// "1.50 GiB", "12.3 MiB", "640 KiB".
+std::string bytesText(double bytes);
 
 }  // namespace hetcomm::trainer
