@@ -53,14 +53,14 @@ class Builder {
       for (int r = 0; r < R; ++r) {
         std::vector<int> tied = in_.roles.ranks[r][0];
         tied.insert(tied.end(), in_.roles.ranks[r][S - 1].begin(), in_.roles.ranks[r][S - 1].end());
-        auto t = time_(hetcommCollAllReduce, tableFloats, tied);
+        auto t = time(hetcommCollAllReduce, tableFloats, tied);
         if (!t) return t.error();
         cost.tiedSumS = std::max(cost.tiedSumS, *t);
       }
     }
     std::vector<int> world(plan.worldSize());
     for (int i = 0; i < plan.worldSize(); ++i) world[i] = i;
-    auto sum = time_(hetcommCollAllReduce, 4, world);  // the loss and the norm: two doubles
+    auto sum = time(hetcommCollAllReduce, 4, world);  // the loss and the norm: two doubles
     if (!sum) return sum.error();
     cost.worldSumS = *sum;
     cost.buckets.resize(R > 1 ? S : 0);
@@ -114,9 +114,9 @@ class Builder {
       c.gradientTransferS = *back;
     }
     // Where the bucket readiness comes from: the time into the backward at which each group is final.
-    backwardShares_[{r, s}] = groupShares(s, 2 * forwardFlops / rate + backwardComm, 2 * (f.attention + f.mlp) / tp *
-                                                                                        double(tokens()) / rate,
-                                          *streamSum, head ? 2 * f.head / tp * double(tokens()) / rate : 0);
+    const double blockS = 2 * (f.attention + f.mlp) / tp * double(tokens()) / rate;
+    const double headS = head ? 2 * f.head / tp * double(tokens()) / rate : 0;
+    backwardShares_[{r, s}] = groupShares(s, c.backwardS, blockS, *streamSum, headS);
     return c;
   }
 

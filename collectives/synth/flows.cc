@@ -187,7 +187,10 @@ std::vector<uint32_t> terminalSteps(const Schedule& s, uint32_t first, uint32_t 
 
 }  // namespace
 
-double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Packing& p, FlowMode mode, double segmentBytes) {
+// The pipeline's fill, in microseconds: one segment's way through the trees and the host levels (each hop alpha
+// plus the segment over its own link) less its slowest hop, the longest over the trees.
+static double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Packing& p, FlowMode mode,
+                     double segmentBytes) {
   auto hopUs = [&](int from, int to, int way) {
     double bw = 1e30;
     for (const auto& r : graph.waysOf(from, to)[way].rails)
@@ -254,15 +257,18 @@ FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Pack
   for (int a = 0; a < graph.nhosts(); ++a)
     for (int b = 0; b < graph.nhosts(); ++b)
       if (a != b) alphaMax = std::max(alphaMax, g.alphaUs(graph.hosts[a].ranks.front(), graph.hosts[b].ranks.front()));
-  auto cost = [&](size_t pieces) {
+  auto fillAt = [&](size_t pieces) {
     const double segment = static_cast<double>(flowBytes) / static_cast<double>(pieces * perPiece);
-    return fillUs(g, graph, packing, mode, segment) + static_cast<double>(pieces * perPiece) * alphaMax;
+    return fillUs(g, graph, packing, mode, segment);
   };
-  double best = cost(sh.pieces);
+  auto messagesUs = [&](size_t pieces) { return static_cast<double>(pieces * perPiece) * alphaMax; };
+  sh.fillUs = fillAt(sh.pieces);
+  double best = sh.fillUs + messagesUs(sh.pieces);
   for (size_t pieces = sh.pieces * 2; pieces <= finest; pieces *= 2)
-    if (const double c = cost(pieces); c < best) {
-      best = c;
+    if (const double fill = fillAt(pieces); fill + messagesUs(pieces) < best) {
+      best = fill + messagesUs(pieces);
       sh.pieces = pieces;
+      sh.fillUs = fill;
     }
   sh.window = std::min(sh.pieces, window);
   return sh;

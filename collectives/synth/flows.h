@@ -40,17 +40,16 @@ struct Flow {
   std::function<Slice(int rank, size_t lo, size_t n)> in, out;
 };
 
-// The number of pieces and segments the flows are cut into, for the estimate: pieces per flow, segments per piece
-// of one flow (parts times subsegments), and pieces in flight (the pacing window).
+// How the flows are cut: pieces per flow, segments per piece of one flow (parts times subsegments), pieces in
+// flight (the pacing window), and for the estimate the pipeline's fill at that cut: one segment's way through
+// the trees and the host levels (each hop alpha plus the segment over its own link) less its slowest hop, the
+// longest over the trees, in microseconds.
 struct FlowShape {
   size_t pieces = 1, segmentsPerPiece = 1, window = 1;
+  double fillUs = 0;
 };
 FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, FlowMode mode,
                     size_t flowBytes);
-
-// The pipeline's fill, in microseconds: one segment's way through the trees and the host levels (each hop alpha
-// plus the segment over its own link) less its slowest hop, the longest over the trees.
-double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Packing& p, FlowMode mode, double segmentBytes);
 
 // Appends this rank's steps for every flow to s (whose dtype, op and nranks are set) and sets s.scratchBytes.
 // Every rank must call it with the same arguments but its own g.rank.

@@ -61,9 +61,7 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
     const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
     local = std::max(local, shm + memoryUs(g, r, 0, reduced));
   }
-  const FlowShape shape = flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes));
-  const double fill = fillUs(g, graph, p, mode, flowBytes / static_cast<double>(shape.pieces * shape.segmentsPerPiece));
-  return std::max(network, local) + fill;
+  return std::max(network, local) + flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes)).fillUs;
 }
 
 double SynthAlgorithm::estimateUs(const Args& a, const GroupView& g) const {
