@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "hetcomm/hetcomm.h"
 #include "kernels/datatype.h"
+#include "topology/cluster_spec.h"
 #include "transports/tcp/tcp_transport.h"
 
 using hetcomm::Code;
@@ -550,6 +551,21 @@ hetcommResult_t hetcommCommInitRank(hetcommComm_t* comm, int nranks, hetcommUniq
 
 hetcommResult_t hetcommCommInitFromEnv(hetcommComm_t* comm) {
   return guard("hetcommCommInitFromEnv", [&] { return initFromEnv(comm); });
+}
+
+hetcommResult_t hetcommCommInitModel(hetcommComm_t* comm, const char* clusterJson) {
+  return guard("hetcommCommInitModel", [&]() -> Status {
+    if (!comm) return hetcomm::invalidArgument("comm (the output pointer) is NULL");
+    if (!clusterJson) return hetcomm::invalidArgument("clusterJson is NULL");
+    HC_ASSIGN_OR_RETURN(hetcomm::topo::ClusterSpec spec,
+                        hetcomm::topo::parseClusterSpec(clusterJson, "(hetcommCommInitModel)"));
+    auto c = std::make_unique<Communicator>(0, spec.nranks(), CommOptions{});
+    HC_TRY(c->initModel(spec.nodes()));
+    Communicator* raw = c.release();
+    registerComm(raw);
+    *comm = reinterpret_cast<hetcommComm_t>(raw);
+    return hetcomm::okStatus();
+  });
 }
 
 hetcommResult_t hetcommCommInitAll(hetcommComm_t* comms, int ndev, const int* /*devlist*/) {

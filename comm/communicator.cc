@@ -398,6 +398,30 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   return applyProbe(classes, *cluster_, kindOf, *links_);
 }
 
+Status Communicator::initModel(std::vector<topo::NodeDescription> nodes) {
+  if (static_cast<int>(nodes.size()) != nranks_)
+    return internalError("initModel: %zu node descriptions for %d ranks", nodes.size(), nranks_);
+  HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
+  cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
+  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_, multiRail() != 0));
+  const int nh = cluster_->nhosts();
+  tcpBetweenHosts_.assign(static_cast<size_t>(nh) * nh, 1);
+  for (int h = 0; h < nh; ++h) tcpBetweenHosts_[static_cast<size_t>(h) * nh + h] = 0;
+  choices_.assign(nranks_, PairChoice{});
+  for (int p = 0; p < nranks_; ++p) {
+    const bool local = cluster_->hostOf(p) == cluster_->hostOf(rank_);
+    choices_[p] = {local ? transport::Kind::kShm : transport::Kind::kTcp,
+                   local ? "model: same host" : "model: any fabric the hosts share", -1};
+  }
+  std::vector<int> sameHosts(nh);
+  std::iota(sameHosts.begin(), sameHosts.end(), 0);
+  group_ = groupView(rank_, *cluster_, *links_, sameHosts);
+  group_.lateReceiveFree.assign(nranks_, 0);
+  model_ = true;
+  setState(kReady);
+  return okStatus();
+}
+
 const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
 
 // What the planners and the cost model see of this communicator: the cluster as a link graph (hosts, islands,
@@ -512,6 +536,7 @@ void Communicator::logAlgorithmTable() const {
 
 Status Communicator::split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out) {
   log::ScopedRank scope(rank_, name());
+  if (model_) return invalidUsage("a model communicator (hetcommCommInitModel) cannot be split");
   HC_TRY(asyncError());
   const uint64_t seq = ++splitSeq_;
   const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
@@ -565,6 +590,9 @@ uint32_t Communicator::nextP2pSeq(int peer, bool send) {
 }
 
 Status Communicator::enqueue(std::shared_ptr<Op> op) {
+  if (model_)
+    return invalidUsage("a model communicator (hetcommCommInitModel) only answers planning calls; it runs no "
+                        "operations");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.ok()) return error_;
@@ -809,6 +837,7 @@ void Communicator::fail(const Status& why) {
 }
 
 Status Communicator::finalize() {
+  if (model_) return invalidUsage("a model communicator (hetcommCommInitModel) has nothing to finalize: destroy it");
   Engine::get().waitUntil([this] { return idle(); });
   HC_TRY(asyncError());
   const Deadline deadline = Deadline::afterSec(options_.timeoutSec);

@@ -46,6 +46,12 @@ class Communicator {
   // Collective over the ranks: joins the store at id, exchanges addresses, connects. commId names this
   // communicator's keys and connections.
   Status init(const UniqueIdContent& id, uint64_t commId);
+  // A model communicator (hetcommCommInitModel): the cluster the nodes describe, one rank per node, with nominal
+  // link figures and no processes behind it. Planning calls answer as on the real cluster (this is its rank 0);
+  // operations, split and finalize are refused. Every pair of hosts is assumed to take the tcp transport's paths
+  // (a message may take any fabric the two share), as on the emulated clusters.
+  Status initModel(std::vector<topo::NodeDescription> nodes);
+  bool isModel() const { return model_; }
   // Collective over this communicator; *out is null for HETCOMM_SPLIT_NOCOLOR.
   Status split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out);
 
@@ -152,6 +158,7 @@ class Communicator {
   std::vector<std::pair<std::vector<int>, std::shared_ptr<coll::GroupView>>> predicted_;
   bool attached_ = false;
   bool hostsStore_ = false;
+  bool model_ = false;  // initModel: no connections, no engine
 
   // Queue (API threads push, engine pops).
   std::mutex mu_;

@@ -73,6 +73,8 @@ def load_cluster(path):
         names.add(h["name"])
         if "ranks" in h and (not isinstance(h["ranks"], int) or isinstance(h["ranks"], bool) or h["ranks"] < 1):
             die(where(f"$.hosts[{i}].ranks: a positive integer is required"))
+        if "gpus" in h and not isinstance(h["gpus"], list):
+            die(where(f"$.hosts[{i}].gpus: a list is required"))
         nics = h.get("nics")
         if not isinstance(nics, list) or not nics:
             die(where(f"$.hosts[{i}].nics: a non-empty list is required"))
@@ -189,12 +191,15 @@ def down_plan(p):
 
 
 def topo_file(c, p):
+    gpus = {h["name"]: h.get("gpus") for h in c["hosts"]}
     return {"version": 1,
             "description": f"emulated cluster {c['name']} (scripts/emulate-cluster.sh): "
                            + c.get("description", ""),
             "hosts": [{"hostId": h["name"],
                        "nics": [{"name": n["name"], "kind": n["kind"], "rateMbps": n["rateMbps"],
-                                 "fabric": n["fabric"], "state": "up"} for n in h["nics"]]}
+                                 "fabric": n["fabric"], "state": "up"} for n in h["nics"]],
+                       # the cluster file's GPUs, as declared (device speeds and memory for the planner)
+                       **({"gpus": gpus[h["name"]]} if gpus.get(h["name"]) else {})}
                       for h in p["hosts"]]}
 
 

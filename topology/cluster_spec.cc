@@ -7,6 +7,7 @@
 
 #include "common/strings.h"
 #include "topology/json_reader.h"
+#include "topology/topo_file.h"
 
 namespace hetcomm::topo {
 namespace {
@@ -64,6 +65,7 @@ std::vector<NodeDescription> ClusterSpec::nodes() const {
       nic.fromTopoFile = true;
       node.nics.push_back(std::move(nic));
     }
+    node.gpus = h.gpus;
     for (int k = 0; k < h.ranks; ++k) {
       node.localRank = k;
       out.push_back(node);
@@ -116,6 +118,16 @@ Result<ClusterSpec> parseSpec(const json& doc) {
               return okStatus();
             },
             true);
+        hr.array("gpus", [&](const json& gv, const std::string& gpath) -> Status {
+          HC_ASSIGN_OR_RETURN(GpuOverride o, gpuOverrideFromJson(gv, gpath));
+          Gpu gpu;
+          gpu.model = o.model.value_or("");
+          gpu.peakTflops = o.peakTflops.value_or(0);
+          gpu.memoryBytes = o.memoryBytes.value_or(0);
+          gpu.fromTopoFile = true;
+          host.gpus.insert(host.gpus.end(), static_cast<size_t>(o.count), gpu);
+          return okStatus();
+        });
         HC_TRY(hr.finish());
         if (host.name.empty()) return invalidArgument("%s.name: empty", path.c_str());
         if (!names.insert(host.name).second)
@@ -139,7 +151,19 @@ std::string clusterSpecJson(const ClusterSpec& spec) {
     json nics = json::array();
     for (const auto& n : h.nics)
       nics.push_back({{"name", n.name}, {"kind", nicKindName(n.kind)}, {"rateMbps", n.rateMbps}, {"fabric", n.fabric}});
-    hosts.push_back({{"name", h.name}, {"ranks", h.ranks}, {"nics", nics}});
+    json host = {{"name", h.name}, {"ranks", h.ranks}, {"nics", nics}};
+    // Runs of equal GPUs as one entry with a count.
+    json gpus = json::array();
+    for (size_t g = 0; g < h.gpus.size();) {
+      size_t e = g;
+      while (e < h.gpus.size() && h.gpus[e] == h.gpus[g]) ++e;
+      json entry = {{"peakTflops", h.gpus[g].peakTflops}, {"memoryBytes", h.gpus[g].memoryBytes}, {"count", e - g}};
+      if (!h.gpus[g].model.empty()) entry["model"] = h.gpus[g].model;
+      gpus.push_back(std::move(entry));
+      g = e;
+    }
+    if (!gpus.empty()) host["gpus"] = std::move(gpus);
+    hosts.push_back(std::move(host));
   }
   json doc = {{"name", spec.name}, {"hosts", hosts}};
   if (!spec.description.empty()) doc["description"] = spec.description;

@@ -5,7 +5,10 @@
 //
 //   {"name": "mixed-4x2", "description": "...", "ranksPerHost": 2,
 //    "hosts": [{"name": "h0", "ranks": 4,                     ranks: this host's own count (default ranksPerHost)
-//               "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 1600, "fabric": "ib-a"}, ...]}, ...]}
+//               "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 1600, "fabric": "ib-a"}, ...],
+//               "gpus": [{"model": "A100", "peakTflops": 312, "memoryBytes": "40G", "count": 4}]}, ...]}
+//                                                           gpus optional, as in a topology file (topo_file.h):
+//                                                           local rank k drives GPU k (mod their number)
 //
 // Ranks are numbered host by host in file order. Errors name the file, the JSON path and the problem.
 #pragma once
@@ -30,6 +33,7 @@ struct ClusterSpec {
     std::string name;
     int ranks = 1;
     std::vector<NicSpec> nics;
+    std::vector<Gpu> gpus;  // "gpus" with each entry's count expanded
   };
   std::string name, description;
   std::vector<HostSpec> hosts;

@@ -44,21 +44,6 @@ Result<NicOverride> nicOverrideFromJson(const json& v, const std::string& path) 
   return o;
 }
 
-Result<GpuOverride> gpuOverrideFromJson(const json& v, const std::string& path) {
-  JsonObjectReader r(v, path);
-  GpuOverride o;
-  std::string model;
-  double peak = 0;
-  uint64_t memory = 0;
-  if (r.str("model", model)) o.model = model;
-  if (r.number("peakTflops", peak)) o.peakTflops = peak;
-  if (r.bytes("memoryBytes", memory)) o.memoryBytes = memory;
-  if (r.i32("count", o.count) && (o.count < 1 || o.count > kMaxGpuCount))
-    r.fail("count", "expected 1 to " + std::to_string(kMaxGpuCount) + ", got " + std::to_string(o.count));
-  HC_TRY(r.finish());
-  return o;
-}
-
 Result<HostOverride> hostOverrideFromJson(const json& v, const std::string& path) {
   JsonObjectReader r(v, path);
   HostOverride h;
@@ -114,6 +99,22 @@ json linksToJson(const LinkMatrix& m) {
 }
 
 }  // namespace
+
+Result<GpuOverride> gpuOverrideFromJson(const json& v, const std::string& path) {
+  JsonObjectReader r(v, path);
+  GpuOverride o;
+  std::string model;
+  double peak = 0;
+  uint64_t memory = 0;
+  if (r.str("model", model)) o.model = model;
+  if (r.number("peakTflops", peak)) o.peakTflops = peak;
+  if (r.bytes("memoryBytes", memory)) o.memoryBytes = memory;
+  if (r.i32("count", o.count) && (o.count < 1 || o.count > kMaxGpuCount))
+    r.fail("count", "expected 1 to " + std::to_string(kMaxGpuCount) + ", got " + std::to_string(o.count));
+  HC_TRY(r.finish());
+  return o;
+}
+
 
 bool HostOverride::matches(const NodeDescription& node) const {
   auto ok = [](const std::optional<std::string>& want, const std::string& have) {

@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -67,6 +68,9 @@ struct GpuOverride {
   std::optional<uint64_t> memoryBytes;
   int count = 1;
 };
+// One "gpus" entry of a topology file or a cluster file ({"model", "peakTflops", "memoryBytes", "count"}, every
+// key optional); path names it in errors ("$.hosts[0].gpus[1]").
+Result<GpuOverride> gpuOverrideFromJson(const nlohmann::json& v, const std::string& path);
 
 struct HostOverride {
   std::optional<std::string> hostId;    // "*" matches any

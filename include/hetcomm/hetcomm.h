@@ -122,6 +122,13 @@ HETCOMM_API hetcommResult_t hetcommCommInitRankConfig(hetcommComm_t* comm, int n
  * WORLD_SIZE, MASTER_ADDR, MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, SLURM_NTASKS,
  * with HETCOMM_MASTER_ADDR). */
 HETCOMM_API hetcommResult_t hetcommCommInitFromEnv(hetcommComm_t* comm);
+/* hetcomm extension, for planners: a communicator of the cluster a cluster description gives (the JSON of a
+ * cluster file in clusters/: hosts with their ranks, NICs, fabrics and optional GPUs), with no processes behind it.
+ * Its link figures are the NICs' nominal rates. It is rank 0 of that cluster: hetcommCommCount,
+ * hetcommCommPredict, hetcommCommGetAlgorithm, hetcommCommRankPlacement and hetcommCommRankDevice answer as
+ * for the real cluster; operations, split and finalize are refused. Free it with hetcommCommDestroy. Errors
+ * name the JSON path and the problem. */
+HETCOMM_API hetcommResult_t hetcommCommInitModel(hetcommComm_t* comm, const char* clusterJson);
 /* ndev ranks in this process (ranks as threads); devlist is ignored for host buffers and may be NULL. */
 HETCOMM_API hetcommResult_t hetcommCommInitAll(hetcommComm_t* comms, int ndev, const int* devlist);
 /* Collective over comm: ranks with the same color form a new communicator, ordered by key then old rank.

@@ -342,6 +342,59 @@ TEST(ApiComm, PredictRefusesBadGroupsNamingThem) {
   EXPECT_NE(lastError().find("only hetcommCommPredict takes sendrecv"), std::string::npos) << lastError();
 }
 
+// A model communicator: the cluster a description gives, for planning, with nothing running behind it.
+TEST(ApiComm, ModelCommunicatorAnswersPlanningCallsAndRefusesOperations) {
+  const char* cluster = R"({"name": "m", "ranksPerHost": 2, "hosts": [
+      {"name": "a", "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 8000, "fabric": "ib"},
+                             {"name": "eth0", "kind": "eth", "rateMbps": 1000, "fabric": "eth"}],
+       "gpus": [{"model": "fast", "peakTflops": 100, "memoryBytes": "8G", "count": 2}]},
+      {"name": "b", "nics": [{"name": "ib0", "kind": "ib", "rateMbps": 8000, "fabric": "ib"},
+                             {"name": "eth0", "kind": "eth", "rateMbps": 1000, "fabric": "eth"}]},
+      {"name": "c", "ranks": 1, "nics": [{"name": "eth0", "kind": "eth", "rateMbps": 1000, "fabric": "eth"}]}]})";
+  hetcommComm_t m = nullptr;
+  HC_ASSERT_OK(hetcommCommInitModel(&m, cluster));
+  int n = 0, me = -1;
+  HC_ASSERT_OK(hetcommCommCount(m, &n));
+  HC_ASSERT_OK(hetcommCommUserRank(m, &me));
+  EXPECT_EQ(n, 5);
+  EXPECT_EQ(me, 0);
+  int host = -1, island = -1;
+  HC_ASSERT_OK(hetcommCommRankPlacement(m, 3, &host, &island));
+  EXPECT_EQ(host, 1);
+  int hostC = -1, islandC = -1;
+  HC_ASSERT_OK(hetcommCommRankPlacement(m, 4, &hostC, &islandC));
+  EXPECT_EQ(hostC, 2);
+  EXPECT_NE(islandC, island);  // c is on Ethernet only
+  double peak = 0;
+  size_t memory = 0;
+  HC_ASSERT_OK(hetcommCommRankDevice(m, 1, &peak, &memory));
+  EXPECT_EQ(peak, 100);
+  EXPECT_EQ(memory, size_t{8} << 30);
+  HC_ASSERT_OK(hetcommCommRankDevice(m, 2, &peak, &memory));
+  EXPECT_EQ(peak, 0);  // host b declares no GPU
+  // Predictions follow the nominal rates: 64 MiB between the InfiniBand hosts beat the Ethernet host.
+  const int overIb[2] = {0, 2}, overEth[2] = {0, 4};
+  double ib = 0, eth = 0;
+  HC_ASSERT_OK(hetcommCommPredict(m, hetcommCollSendRecv, 16 << 20, hetcommFloat32, overIb, 2, nullptr, 0, &ib));
+  HC_ASSERT_OK(hetcommCommPredict(m, hetcommCollSendRecv, 16 << 20, hetcommFloat32, overEth, 2, nullptr, 0, &eth));
+  EXPECT_GT(eth, 6 * ib);
+  EXPECT_NEAR(eth, 64.0 * (1 << 20) * 8 / 1000e6 * 1e6, 0.15 * eth);  // 64 MiB at 1 Gbit/s
+  float x = 1;
+  EXPECT_EQ(hetcommAllReduce(&x, &x, 1, hetcommFloat32, hetcommSum, m, nullptr), hetcommInvalidUsage);
+  EXPECT_NE(lastError().find("runs no operations"), std::string::npos) << lastError();
+  EXPECT_EQ(hetcommCommFinalize(m), hetcommInvalidUsage);
+  hetcommComm_t child = nullptr;
+  EXPECT_EQ(hetcommCommSplit(m, 0, 0, &child, nullptr), hetcommInvalidUsage);
+  HC_ASSERT_OK(hetcommCommDestroy(m));
+
+  EXPECT_EQ(hetcommCommInitModel(&m, R"({"name": "x", "hosts": [{"name": "a", "nics": []}]})"),
+            hetcommInvalidArgument);
+  EXPECT_NE(lastError().find("$.hosts[0].nics"), std::string::npos) << lastError();
+  EXPECT_EQ(hetcommCommInitModel(&m, "{"), hetcommInvalidArgument);
+  EXPECT_EQ(hetcommCommInitModel(&m, nullptr), hetcommInvalidArgument);
+  EXPECT_EQ(hetcommCommInitModel(nullptr, cluster), hetcommInvalidArgument);
+}
+
 TEST(ApiComm, SplitWithNoColorGivesNull) {
   const int n = 3;
   Comms parent;
