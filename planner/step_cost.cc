@@ -72,7 +72,6 @@ class Builder {
 
  private:
   const trainer::ModelConfig& model() const { return in_.config.model; }
-  size_t tokens() const { return size_t(in_.config.microBatch) * model().seqLen; }
 
   Result<double> time(hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) const {
     if (ranks.size() < 2 && coll != hetcommCollSendRecv) return 0.0;
@@ -83,71 +82,41 @@ class Builder {
     const trainer::ParallelPlan& plan = in_.plan;
     const int S = static_cast<int>(plan.stages.size());
     const std::vector<int>& group = in_.roles.ranks[r][s];
-    const int tp = plan.stages[s].tp, layers = plan.stages[s].layers;
+    const int layers = plan.stages[s].layers;
     double rate = in_.rankFlops[group[0]];
     for (int g : group) rate = std::min(rate, in_.rankFlops[g]);
-    const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(model());
-    const bool head = s == S - 1, embedding = s == 0;
-    const double forwardFlops = (layers * (f.attention + f.mlp) + (head ? f.head : 0)) / tp * double(tokens());
-    const size_t stream = tokens() * model().dModel;
+    auto timing = stageTiming(in_.config, group, rate, time_);
+    if (!timing) return timing.error();
+    const bool first = s == 0, last = s == S - 1;
     StageCost c;
-    c.ranks = tp;
-    auto sumOf = [&](size_t count) { return time(hetcommCollAllReduce, count, group); };
-    auto streamSum = sumOf(stream);
-    if (!streamSum) return streamSum.error();
-    double forwardComm = (embedding ? 1 : 0) * *streamSum + 2.0 * layers * *streamSum;
-    if (head && tp > 1) {  // the vocabulary-parallel softmax: a max over tokens, then two sums per token
-      auto mx = sumOf(tokens()), two = sumOf(2 * tokens());
-      if (!mx) return mx.error();
-      if (!two) return two.error();
-      forwardComm += *mx + *two;
-    }
-    const double backwardComm = (head ? 1 : 0) * *streamSum + 2.0 * layers * *streamSum;
-    c.forwardS = forwardFlops / rate + forwardComm;
-    c.backwardS = 2 * forwardFlops / rate + backwardComm;
+    c.ranks = plan.stages[s].tp;
+    c.forwardS = timing->forwardS(layers, first, last);
+    c.backwardS = timing->backwardS(layers, first, last);
     if (s + 1 < S) {
-      auto fwd = transfer(in_.roles.ranks[r][s], in_.roles.ranks[r][s + 1]);
+      auto fwd = stageTransfer(in_.config, in_.roles.ranks[r][s], in_.roles.ranks[r][s + 1], time_);
       if (!fwd) return fwd.error();
-      auto back = transfer(in_.roles.ranks[r][s + 1], in_.roles.ranks[r][s]);
+      auto back = stageTransfer(in_.config, in_.roles.ranks[r][s + 1], in_.roles.ranks[r][s], time_);
       if (!back) return back.error();
       c.transferS = *fwd;
       c.gradientTransferS = *back;
     }
-    // Where the bucket readiness comes from: the time into the backward at which each group is final.
-    const double blockS = 2 * (f.attention + f.mlp) / tp * double(tokens()) / rate;
-    const double headS = head ? 2 * f.head / tp * double(tokens()) / rate : 0;
-    backwardShares_[{r, s}] = groupShares(s, c.backwardS, blockS, *streamSum, headS);
+    backwardShares_[{r, s}] = groupShares(s, c.backwardS, *timing);
     return c;
-  }
-
-  // The residual stream from one stage's TP group to the next's: receiver j takes 1/tp of it from sender j mod
-  // tp_from (the slowest pair sets the time), then the receivers all-gather.
-  Result<double> transfer(const std::vector<int>& from, const std::vector<int>& to) const {
-    const size_t stream = tokens() * model().dModel, slice = stream / to.size();
-    double slowest = 0;
-    for (size_t j = 0; j < to.size(); ++j) {
-      auto t = time(hetcommCollSendRecv, slice, {from[j % from.size()], to[j]});
-      if (!t) return t.error();
-      slowest = std::max(slowest, *t);
-    }
-    auto gather = time(hetcommCollAllGather, slice, to);
-    if (!gather) return gather.error();
-    return slowest + *gather;
   }
 
   // Per group of the model (0 embeddings, 1 + layer, nLayer + 1 the head's), the share of the stage's backward
   // run when its gradients are final: the head first, then the blocks from the last, then the embedding.
-  std::vector<double> groupShares(int s, double backwardS, double blockFlopsS, double streamSumS, double headS) const {
+  std::vector<double> groupShares(int s, double backwardS, const StageTiming& timing) const {
     const int groups = model().nLayer + 2;
     std::vector<double> at(groups, 1.0);
     const trainer::Shard sh = stageShard(in_.plan, s, 0);
     double t = 0;
     if (sh.head) {
-      t += headS + streamSumS;
+      t += timing.lastBackwardS;
       at[model().nLayer + 1] = t;
     }
     for (int i = sh.layers - 1; i >= 0; --i) {
-      t += blockFlopsS + 2 * streamSumS;
+      t += timing.blockBackwardS;
       at[1 + sh.firstLayer + i] = t;
     }
     at[0] = backwardS;
@@ -201,6 +170,53 @@ class Builder {
 };
 
 }  // namespace
+
+Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group, double rate,
+                                const CollectiveTime& time) {
+  const trainer::ModelConfig& m = config.model;
+  const int tp = static_cast<int>(group.size());
+  const double tokens = double(config.microBatch) * m.seqLen;
+  const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(m);
+  auto sum = [&](size_t count) -> Result<double> {
+    if (tp < 2) return 0.0;
+    return time(hetcommCollAllReduce, count, group);
+  };
+  auto stream = sum(size_t(tokens) * m.dModel);
+  if (!stream) return stream.error();
+  StageTiming t;
+  t.streamSumS = *stream;
+  const double block = (f.attention + f.mlp) / tp * tokens / rate, head = f.head / tp * tokens / rate;
+  // Two sums a block each way (the attention's and the MLP's outputs; their inputs' gradients).
+  t.blockForwardS = block + 2 * *stream;
+  t.blockBackwardS = 2 * block + 2 * *stream;
+  t.firstForwardS = *stream;  // the vocabulary-parallel embedding's sum
+  t.firstBackwardS = 0;
+  t.lastForwardS = head;
+  if (tp > 1) {  // the vocabulary-parallel softmax: a max over tokens, then two sums per token
+    auto mx = sum(size_t(tokens)), two = sum(2 * size_t(tokens));
+    if (!mx) return mx.error();
+    if (!two) return two.error();
+    t.lastForwardS += *mx + *two;
+  }
+  t.lastBackwardS = 2 * head + *stream;
+  return t;
+}
+
+Result<double> stageTransfer(const trainer::TrainConfig& config, const std::vector<int>& from,
+                             const std::vector<int>& to, const CollectiveTime& time) {
+  const size_t stream = size_t(config.microBatch) * config.model.seqLen * config.model.dModel,
+               slice = stream / to.size();
+  double slowest = 0;
+  for (size_t j = 0; j < to.size(); ++j) {
+    auto t = time(hetcommCollSendRecv, slice, {from[j % from.size()], to[j]});
+    if (!t) return t.error();
+    slowest = std::max(slowest, *t);
+  }
+  if (to.size() < 2) return slowest;
+  auto gather = time(hetcommCollAllGather, slice, to);
+  if (!gather) return gather.error();
+  return slowest + *gather;
+}
 
 CollectiveTime predictedBy(hetcommComm_t world) {
   return [world](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> Result<double> {

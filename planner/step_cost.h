@@ -50,6 +50,29 @@ struct StepInputs {
   double optimizerBytesPerS = 4e9;
 };
 
+// A stage's compute and tensor-parallel sums per micro-batch on one TP group (global ranks, TP order), its devices
+// at `rate` FLOP/s (the group's slowest): per block, and the extras of the first stage (the embedding) and of the
+// last (the final LayerNorm and head). A stage's forward is first? + layers x block + last?, its backward alike.
+struct StageTiming {
+  double blockForwardS = 0, blockBackwardS = 0;
+  double firstForwardS = 0, firstBackwardS = 0;
+  double lastForwardS = 0, lastBackwardS = 0;
+  double streamSumS = 0;  // one TP all-reduce of the residual stream (0 at TP degree 1)
+  double forwardS(int layers, bool first, bool last) const {
+    return (first ? firstForwardS : 0) + layers * blockForwardS + (last ? lastForwardS : 0);
+  }
+  double backwardS(int layers, bool first, bool last) const {
+    return (first ? firstBackwardS : 0) + layers * blockBackwardS + (last ? lastBackwardS : 0);
+  }
+};
+trainer::Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group,
+                                         double rate, const CollectiveTime& time);
+
+// The time of the residual stream's transfer from one stage's TP group to the next's (or the gradient's back):
+// receiver j takes 1/|to| of it from sender j mod |from| (the slowest pair counts), then the receivers all-gather.
+trainer::Result<double> stageTransfer(const trainer::TrainConfig& config, const std::vector<int>& from,
+                                      const std::vector<int>& to, const CollectiveTime& time);
+
 // Each global rank's memory while training under the plan, by the trainer's own accounting (trainer/memory.h).
 // in.roles and in.plan as for stepCost; rankFlops is not read.
 std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in);

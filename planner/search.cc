@@ -1,0 +1,630 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <queue>
+#include <set>
+#include <tuple>
+
+#include "trainer/param_layout.h"
+
+namespace hetcomm::planner {
+namespace {
+
+using trainer::Error;
+using trainer::Result;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+Error bad(const std::string& field, const std::string& detail) {
+  return Error{.source = "planner", .field = field, .detail = detail};
+}
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4g", v);
+  return b;
+}
+
+// The library's predictions, each asked once: the search asks about the same groups again and again.
+class CachedTime {
+ public:
+  explicit CachedTime(const CollectiveTime& time) : time_(time) {}
+  CollectiveTime fn() {
+    return [this](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> Result<double> {
+      auto key = std::make_tuple(static_cast<int>(coll), count, ranks);
+      if (auto it = seen_.find(key); it != seen_.end()) return it->second;
+      auto t = time_(coll, count, ranks);
+      if (t) seen_.emplace(std::move(key), *t);
+      return t;
+    };
+  }
+
+ private:
+  const CollectiveTime& time_;
+  std::map<std::tuple<int, size_t, std::vector<int>>, double> seen_;
+};
+
+// A tensor-parallel group: ranks of one host, fastest devices first.
+struct Group {
+  std::vector<int> ranks;
+  int host = 0, islandOrder = 0;
+  double rate = 0;        // its slowest device's FLOP/s
+  double memory = kInf;   // its smallest memory limit
+};
+
+// A way to lay groups out: replica r, stage s -> a group, with its estimate.
+struct Structure {
+  std::string layout;
+  int R = 1, S = 1, microBatch = 1;
+  std::vector<std::vector<int>> at;  // [replica][stage] -> index into groups
+  std::vector<int> layers, micro;
+  bool zero1 = false;
+  double estimateS = kInf;
+  size_t groupsOf = 0;  // which policy's group list (index into the search's lists)
+};
+
+struct Candidate {
+  Structure st;
+  PlanCandidate plan;
+};
+
+class Search {
+ public:
+  Search(const trainer::TrainConfig& config, const ClusterInfo& cluster, const CollectiveTime& time,
+         const SearchOptions& options)
+      : config_(config), cluster_(cluster), cached_(time), time_(cached_.fn()), options_(options) {}
+
+  Result<SearchReport> run() {
+    if (auto ok = checkInputs(); !ok) return ok.error();
+    tpDegrees_ = validTpDegrees();
+    buildHosts();
+    auto sizes = microBatchSizes();
+    if (!sizes) return sizes.error();
+    // Structures of every TP policy and layout, costed by the estimate.
+    std::vector<Structure> all;
+    for (const std::vector<int>& policy : tpPolicies()) {
+      groupLists_.push_back(cutGroups(policy));
+      const size_t list = groupLists_.size() - 1;
+      const int G = static_cast<int>(groupLists_[list].size());
+      for (const char* layout : {"striped", "blocked"})
+        for (int R = 1; R <= G; ++R) {
+          if (G % R) continue;
+          const int S = G / R;
+          if (S > model().nLayer) continue;
+          if (std::string(layout) == "blocked" && (S == 1 || R == 1)) continue;  // the same as striped
+          Structure st;
+          st.layout = layout;
+          st.R = R, st.S = S, st.groupsOf = list;
+          if (!place(st)) continue;
+          for (int mb : *sizes) {
+            if (config_.globalBatch / mb < R) continue;
+            st.microBatch = mb;
+            ++report_.structures;
+            auto e = estimate(st);
+            if (!e) return e.error();
+            if (*e) all.push_back(**e);
+          }
+        }
+    }
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Structure& a, const Structure& b) { return a.estimateS < b.estimateS; });
+    // The best estimates in full, then the best of those refined.
+    std::vector<Candidate> done;
+    for (size_t i = 0; i < all.size() && static_cast<int>(i) < options_.simulate; ++i)
+      for (bool zero : zeroChoices(all[i])) {
+        Structure st = all[i];
+        st.zero1 = zero;
+        auto c = simulate(st);
+        if (!c) return c.error();
+        if (*c) done.push_back(std::move(**c));
+      }
+    if (done.empty()) return noPlanFits();
+    sortByStep(done);
+    const size_t refine = std::min<size_t>(done.size(), 3);
+    for (size_t i = 0; i < refine; ++i) {
+      auto better = improve(done[i]);
+      if (!better) return better.error();
+      done.push_back(std::move(*better));
+    }
+    sortByStep(done);
+    // Distinct plans only (a refinement may land on a plan already found).
+    std::vector<std::string> seen;
+    for (Candidate& c : done) {
+      const std::string key = trainer::toJson(c.plan.plan).dump() + (c.plan.zero1 ? "z" : "") +
+                              std::to_string(c.plan.microBatch);
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
+      report_.best.push_back(std::move(c.plan));
+      if (static_cast<int>(report_.best.size()) >= options_.top) break;
+    }
+    auto bound = hetHubBound();
+    if (!bound) return bound.error();
+    report_.boundTokensPerS = *bound;
+    return report_;
+  }
+
+ private:
+  const trainer::ModelConfig& model() const { return config_.model; }
+  double tokensPerStep() const { return double(config_.globalBatch) * model().seqLen; }
+  bool limited() const { return !cluster_.memoryBytes.empty(); }
+  double limitOf(int rank) const {
+    if (!limited() || cluster_.memoryBytes[rank] <= 0) return kInf;
+    return cluster_.memoryBytes[rank];
+  }
+
+  Result<void> checkInputs() const {
+    const int n = cluster_.nranks();
+    if (n < 1) return bad("cluster", "has no ranks");
+    if (static_cast<int>(cluster_.island.size()) != n || static_cast<int>(cluster_.flops.size()) != n)
+      return bad("cluster", "host, island and flops need one entry per rank (" + std::to_string(n) + " hosts, " +
+                                std::to_string(cluster_.island.size()) + " islands, " +
+                                std::to_string(cluster_.flops.size()) + " rates)");
+    if (limited() && static_cast<int>(cluster_.memoryBytes.size()) != n)
+      return bad("cluster.memoryBytes", "has " + std::to_string(cluster_.memoryBytes.size()) + " entries for " +
+                                            std::to_string(n) + " ranks");
+    for (int r = 0; r < n; ++r)
+      if (!(cluster_.flops[r] > 0) || !std::isfinite(cluster_.flops[r]))
+        return bad("cluster.flops[" + std::to_string(r) + "]", "must be a positive rate, got " + num(cluster_.flops[r]));
+    if (options_.top < 1) return bad("top", "must be >= 1, got " + std::to_string(options_.top));
+    return {};
+  }
+
+  // TP degrees the model splits by: heads, channels and the vocabulary.
+  std::vector<int> validTpDegrees() const {
+    std::vector<int> out;
+    for (int t = 1; t <= model().nHead; ++t)
+      if (model().nHead % t == 0 && model().dModel % t == 0 && model().vocabSize % t == 0) out.push_back(t);
+    return out;
+  }
+
+  Result<std::vector<int>> microBatchSizes() const {
+    std::vector<int> sizes = options_.microBatchSizes;
+    if (sizes.empty()) {
+      for (int mb : {config_.microBatch / 2, config_.microBatch, config_.microBatch * 2})
+        if (mb >= 1 && config_.globalBatch % mb == 0) sizes.push_back(mb);
+      if (sizes.empty()) sizes.push_back(1);
+    }
+    for (int mb : sizes)
+      if (mb < 1 || config_.globalBatch % mb)
+        return bad("microBatchSizes", "micro-batch size " + std::to_string(mb) + " does not divide global_batch " +
+                                          std::to_string(config_.globalBatch));
+    std::sort(sizes.begin(), sizes.end());
+    sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+    return sizes;
+  }
+
+  // Hosts with their ranks (fastest device first), islands ordered by their fastest device.
+  void buildHosts() {
+    std::map<int, std::vector<int>> byHost;
+    for (int r = 0; r < cluster_.nranks(); ++r) byHost[cluster_.host[r]].push_back(r);
+    std::map<int, double> islandBest;
+    for (int r = 0; r < cluster_.nranks(); ++r)
+      islandBest[cluster_.island[r]] = std::max(islandBest[cluster_.island[r]], cluster_.flops[r]);
+    std::vector<std::pair<double, int>> islands;
+    for (auto [id, best] : islandBest) islands.push_back({-best, id});
+    std::sort(islands.begin(), islands.end());
+    std::map<int, int> order;
+    for (size_t i = 0; i < islands.size(); ++i) order[islands[i].second] = static_cast<int>(i);
+    for (auto& [host, ranks] : byHost) {
+      std::stable_sort(ranks.begin(), ranks.end(),
+                       [&](int a, int b) { return cluster_.flops[a] > cluster_.flops[b]; });
+      hosts_.push_back({host, order[cluster_.island[ranks[0]]], ranks});
+    }
+  }
+
+  // TP degree per host: for each valid degree t, the largest valid degree up to t that divides the host's ranks;
+  // with two kinds of host (device rates), every pair of degrees for the two kinds too (FlashFlex: per-stage TP).
+  std::vector<std::vector<int>> tpPolicies() const {
+    auto fit = [&](int t, int ranks) {
+      int best = 1;
+      for (int d : tpDegrees_)
+        if (d <= t && ranks % d == 0) best = d;
+      return best;
+    };
+    std::set<double> kinds;
+    for (const HostRanks& h : hosts_) kinds.insert(hostRate(h));
+    std::set<std::vector<int>> policies;
+    for (int t : tpDegrees_) {
+      std::vector<int> p;
+      for (const HostRanks& h : hosts_) p.push_back(fit(t, static_cast<int>(h.ranks.size())));
+      policies.insert(p);
+    }
+    if (kinds.size() == 2)
+      for (int fast : tpDegrees_)
+        for (int slow : tpDegrees_) {
+          std::vector<int> p;
+          for (const HostRanks& h : hosts_)
+            p.push_back(fit(hostRate(h) == *kinds.rbegin() ? fast : slow, static_cast<int>(h.ranks.size())));
+          policies.insert(p);
+        }
+    return {policies.begin(), policies.end()};
+  }
+
+  struct HostRanks {
+    int host = 0, islandOrder = 0;
+    std::vector<int> ranks;
+  };
+  double hostRate(const HostRanks& h) const {
+    double rate = kInf;
+    for (int r : h.ranks) rate = std::min(rate, cluster_.flops[r]);
+    return rate;
+  }
+
+  // Each host's ranks cut into groups of its degree, in the layouts' order: island, device rate (fastest
+  // first), host.
+  std::vector<Group> cutGroups(const std::vector<int>& policy) const {
+    std::vector<Group> groups;
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      const int t = policy[h];
+      for (size_t i = 0; i + t <= hosts_[h].ranks.size(); i += t) {
+        Group g;
+        g.ranks.assign(hosts_[h].ranks.begin() + i, hosts_[h].ranks.begin() + i + t);
+        g.host = hosts_[h].host, g.islandOrder = hosts_[h].islandOrder;
+        g.rate = kInf;
+        for (int r : g.ranks) g.rate = std::min(g.rate, cluster_.flops[r]), g.memory = std::min(g.memory, limitOf(r));
+        groups.push_back(std::move(g));
+      }
+    }
+    std::stable_sort(groups.begin(), groups.end(), [](const Group& a, const Group& b) {
+      return std::make_tuple(a.islandOrder, -a.rate, a.host) < std::make_tuple(b.islandOrder, -b.rate, b.host);
+    });
+    return groups;
+  }
+
+  // Replica r, stage s -> group: striped (stage s = groups sR .. sR + R - 1) or blocked (replica r = groups
+  // rS .. rS + S - 1). False when a stage's groups would differ in TP degree (a plan has one per stage).
+  bool place(Structure& st) const {
+    const std::vector<Group>& groups = groupLists_[st.groupsOf];
+    st.at.assign(st.R, std::vector<int>(st.S));
+    for (int r = 0; r < st.R; ++r)
+      for (int s = 0; s < st.S; ++s) st.at[r][s] = st.layout == "striped" ? s * st.R + r : r * st.S + s;
+    for (int s = 0; s < st.S; ++s)
+      for (int r = 1; r < st.R; ++r)
+        if (groups[st.at[r][s]].ranks.size() != groups[st.at[0][s]].ranks.size()) return false;
+    return true;
+  }
+
+  trainer::TrainConfig configFor(int microBatch) const {
+    trainer::TrainConfig c = config_;
+    c.microBatch = microBatch;
+    return c;
+  }
+
+  Result<StageTiming> timing(const Group& g, int microBatch) {
+    auto key = std::make_pair(g.ranks, microBatch);
+    if (auto it = timings_.find(key); it != timings_.end()) return it->second;
+    auto t = stageTiming(configFor(microBatch), g.ranks, g.rate, time_);
+    if (t) timings_.emplace(std::move(key), *t);
+    return t;
+  }
+
+  // Bytes one rank of stage s holds with k blocks: exact at 1 and 2 blocks, linear in between and beyond (each
+  // block adds the same parameters and activations). inFlight: the micro-batches a replica runs (its slots).
+  std::pair<double, double> memoryLine(const Structure& st, int s, bool zero1, int inFlight) const {
+    const int tp = static_cast<int>(groupLists_[st.groupsOf][st.at[0][s]].ranks.size());
+    auto need = [&](int k) {
+      trainer::ParallelPlan p;
+      p.dp = st.R;
+      for (int i = 0; i < st.S; ++i) p.stages.push_back({i == s ? k : 1, tp});
+      const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
+      const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
+      const size_t owned = zero1 ? layout.totalFloats() / st.R : layout.totalFloats();
+      return trainer::memoryNeed(configFor(st.microBatch), shard, layout, owned, inFlight, s, st.S).total();
+    };
+    const double one = need(1), two = need(2);
+    return {one - (two - one), two - one};  // need(k) = base + k * perBlock
+  }
+
+  // The estimate: layers by the min-max programme within memory, micro-batches greedily, each replica's 1F1B,
+  // the unhidden tail of the slowest stage's reduction, the optimizer. Empty when no layer split fits memory.
+  Result<std::optional<Structure>> estimate(Structure st) {
+    const std::vector<Group>& groups = groupLists_[st.groupsOf];
+    const int R = st.R, S = st.S, L = model().nLayer;
+    const int total = config_.globalBatch / st.microBatch;
+    std::vector<std::vector<StageTiming>> t(R, std::vector<StageTiming>(S));
+    for (int r = 0; r < R; ++r)
+      for (int s = 0; s < S; ++s) {
+        auto tm = timing(groups[st.at[r][s]], st.microBatch);
+        if (!tm) return tm.error();
+        t[r][s] = *tm;
+      }
+    // Per stage: time per block and extras (slowest replica), the most blocks memory allows.
+    std::vector<double> perBlock(S, 0), extra(S, 0);
+    std::vector<int> maxBlocks(S, L), minBlocks(S, 1);
+    // The blocks each stage may hold within its ranks' memory; ZeRO-1 when only it fits.
+    auto fits = [&](bool zero) {
+      int capacity = 0;
+      for (int s = 0; s < S; ++s) {
+        double limit = kInf;
+        for (int r = 0; r < R; ++r) limit = std::min(limit, groups[st.at[r][s]].memory);
+        minBlocks[s] = (S >= 2 && (s == 0 || s == S - 1)) ? 0 : 1;
+        maxBlocks[s] = L;
+        if (limit < kInf) {
+          const auto [base, block] = memoryLine(st, s, zero, total);
+          const double most = block > 0 ? std::floor((limit - base) / block) : (base <= limit ? L : -1);
+          maxBlocks[s] = static_cast<int>(std::clamp(most, -1.0, double(L)));
+        }
+        if (maxBlocks[s] < minBlocks[s]) return false;
+        capacity += maxBlocks[s];
+      }
+      return capacity >= L;
+    };
+    bool zero1 = false;
+    if (!fits(false)) {
+      if (!(options_.tryZero1 && R > 1 && fits(true))) {
+        ++report_.memoryRefused;
+        return std::optional<Structure>{};
+      }
+      zero1 = true;
+    }
+    st.zero1 = zero1;
+    for (int s = 0; s < S; ++s)
+      for (int r = 0; r < R; ++r) {
+        perBlock[s] = std::max(perBlock[s], t[r][s].blockForwardS + t[r][s].blockBackwardS);
+        extra[s] = std::max(extra[s], t[r][s].forwardS(0, s == 0, s == S - 1) + t[r][s].backwardS(0, s == 0, s == S - 1));
+      }
+    st.layers = splitLayers(perBlock, extra, minBlocks, maxBlocks);
+    if (st.layers.empty()) {
+      ++report_.memoryRefused;
+      return std::optional<Structure>{};
+    }
+    // Each replica: its stages' times, its pipeline's transfers; micro-batches to whichever finishes soonest.
+    std::vector<double> slowest(R, 0), sum(R, 0);
+    for (int r = 0; r < R; ++r) {
+      for (int s = 0; s < S; ++s) {
+        const double c = t[r][s].forwardS(st.layers[s], s == 0, s == S - 1) +
+                         t[r][s].backwardS(st.layers[s], s == 0, s == S - 1);
+        slowest[r] = std::max(slowest[r], c);
+        sum[r] += c;
+        if (s + 1 < S) {
+          auto there = stageTransfer(configFor(st.microBatch), groups[st.at[r][s]].ranks,
+                                     groups[st.at[r][s + 1]].ranks, time_);
+          if (!there) return there.error();
+          sum[r] += 2 * *there;
+        }
+      }
+    }
+    st.micro = splitMicroBatches(slowest, sum, total);
+    double pipeline = 0;
+    for (int r = 0; r < R; ++r) pipeline = std::max(pipeline, (st.micro[r] - 1) * slowest[r] + sum[r]);
+    // The data-parallel reduction of each stage's gradients (replica 0's TP rank 0 group), less the last
+    // backward it overlaps; the optimizer of the largest stage.
+    double tail = 0, optimizer = 0;
+    for (int s = 0; s < S; ++s) {
+      trainer::ParallelPlan p;
+      p.dp = R;
+      for (int i = 0; i < S; ++i)
+        p.stages.push_back({st.layers[i], static_cast<int>(groups[st.at[0][i]].ranks.size())});
+      const trainer::ParamLayout layout(model(), trainer::shardOf(p, {0, s, 0}), options_.bucketBytes, R);
+      const double floats = double(layout.totalFloats());
+      optimizer = std::max(optimizer, (st.zero1 ? floats / R : floats) * 28 / options_.optimizerBytesPerS);
+      if (R < 2) continue;
+      std::vector<int> dp;
+      for (int r = 0; r < R; ++r) dp.push_back(groups[st.at[r][s]].ranks[0]);
+      auto reduce = time_(hetcommCollAllReduce, layout.totalFloats(), dp);
+      if (!reduce) return reduce.error();
+      tail = std::max(tail, *reduce - t[0][s].backwardS(st.layers[s], s == 0, s == S - 1));
+    }
+    st.estimateS = pipeline + std::max(0.0, tail) + optimizer;
+    return std::optional<Structure>{st};
+  }
+
+  // Blocks per stage minimising the slowest stage (extra[s] + k * perBlock[s]) with minBlocks <= k <= maxBlocks:
+  // best[s][l] = the least slowest-stage time of stages 0..s holding l blocks. Empty when none fits.
+  std::vector<int> splitLayers(const std::vector<double>& perBlock, const std::vector<double>& extra,
+                               const std::vector<int>& minBlocks, const std::vector<int>& maxBlocks) const {
+    const int S = static_cast<int>(perBlock.size()), L = model().nLayer;
+    std::vector<std::vector<double>> best(S, std::vector<double>(L + 1, kInf));
+    std::vector<std::vector<int>> take(S, std::vector<int>(L + 1, -1));
+    for (int s = 0; s < S; ++s)
+      for (int l = 0; l <= L; ++l)
+        for (int k = std::max(0, minBlocks[s]); k <= std::min(l, maxBlocks[s]); ++k) {
+          const double before = s == 0 ? (l == k ? 0 : kInf) : best[s - 1][l - k];
+          if (before == kInf) continue;
+          const double worst = std::max(before, extra[s] + k * perBlock[s]);
+          if (worst < best[s][l] - 1e-15) best[s][l] = worst, take[s][l] = k;
+        }
+    if (best[S - 1][L] == kInf) return {};
+    std::vector<int> layers(S);
+    for (int s = S - 1, l = L; s >= 0; --s) {
+      layers[s] = take[s][l];
+      l -= layers[s];
+    }
+    return layers;
+  }
+
+  // total micro-batches over the replicas, one at least each, every next one to the replica it finishes soonest
+  // on: replica r with m takes (m - 1) * slowest[r] + sum[r].
+  static std::vector<int> splitMicroBatches(const std::vector<double>& slowest, const std::vector<double>& sum,
+                                            int total) {
+    const int R = static_cast<int>(slowest.size());
+    std::vector<int> m(R, 1);
+    using Next = std::pair<double, int>;  // (time with one more, replica)
+    std::priority_queue<Next, std::vector<Next>, std::greater<>> next;
+    for (int r = 0; r < R; ++r) next.push({slowest[r] + sum[r], r});
+    for (int left = total - R; left > 0; --left) {
+      const int r = next.top().second;
+      next.pop();
+      ++m[r];
+      next.push({m[r] * slowest[r] + sum[r], r});
+    }
+    return m;
+  }
+
+  std::vector<bool> zeroChoices(const Structure& st) const {
+    if (st.zero1) return {true};  // only ZeRO-1 fits
+    if (options_.tryZero1 && st.R > 1) return {false, true};
+    return {false};
+  }
+
+  // The structure as a plan, simulated; empty when a rank's memory cannot hold it.
+  Result<std::optional<Candidate>> simulate(const Structure& st) {
+    const std::vector<Group>& groups = groupLists_[st.groupsOf];
+    trainer::TrainConfig cfg = configFor(st.microBatch);
+    trainer::ParallelPlan plan;
+    plan.dp = st.R;
+    plan.microBatches = st.micro;
+    for (int s = 0; s < st.S; ++s)
+      plan.stages.push_back({st.layers[s], static_cast<int>(groups[st.at[0][s]].ranks.size())});
+    plan.ranks.assign(st.R, std::vector<std::vector<int>>(st.S));
+    for (int r = 0; r < st.R; ++r)
+      for (int s = 0; s < st.S; ++s) plan.ranks[r][s] = groups[st.at[r][s]].ranks;
+    if (auto ok = trainer::validatePlan(plan, cfg, cluster_.nranks(), "searched plan"); !ok) return ok.error();
+    trainer::Placement where{cluster_.host, cluster_.island};
+    auto roles = trainer::assignRoles(plan, where, trainer::Assignment::kNicAware);
+    if (!roles) return roles.error();
+    StepInputs in{cfg, plan, *roles, cluster_.flops, options_.bucketBytes, st.zero1, options_.optimizerBytesPerS};
+    ++report_.simulated;
+    Candidate c{st, {}};
+    c.plan.memory = rankMemory(in);
+    for (int r = 0; r < cluster_.nranks(); ++r) {
+      const double limit = limitOf(r);
+      if (limit == kInf) continue;
+      c.plan.peakMemoryShare = std::max(c.plan.peakMemoryShare, c.plan.memory[r].total() / limit);
+      if (c.plan.memory[r].total() > limit) {
+        ++report_.memoryRefused;
+        if (c.plan.memory[r].total() - limit < leastExcess_)
+          leastExcess_ = c.plan.memory[r].total() - limit, leastExcessRank_ = r, leastExcessNeed_ = c.plan.memory[r].total();
+        return std::optional<Candidate>{};
+      }
+    }
+    auto cost = stepCost(in, time_);
+    if (!cost) return cost.error();
+    auto prediction = simulateStep(*cost);
+    if (!prediction) return prediction.error();
+    c.plan.plan = std::move(plan);
+    c.plan.microBatch = st.microBatch;
+    c.plan.zero1 = st.zero1;
+    c.plan.layout = st.layout;
+    c.plan.prediction = std::move(*prediction);
+    c.plan.tokensPerS = tokensPerStep() / c.plan.prediction.stepS;
+    return std::optional<Candidate>{std::move(c)};
+  }
+
+  // Hill climbing from a simulated plan: a block to a neighbouring stage, or a micro-batch from the replica that
+  // ends last to another, while the simulated step gets shorter.
+  Result<Candidate> improve(Candidate best) {
+    for (int round = 0; round < 2 * model().nLayer + 16; ++round) {
+      std::vector<Structure> moves;
+      const Structure& st = best.st;
+      for (int s = 0; s < st.S; ++s)
+        for (int to : {s - 1, s + 1}) {
+          if (to < 0 || to >= st.S || st.layers[s] == 0) continue;
+          Structure m = st;
+          --m.layers[s], ++m.layers[to];
+          if (m.layers[s] == 0 && s != 0 && s != st.S - 1) continue;
+          moves.push_back(m);
+        }
+      const std::vector<std::vector<double>>& ends = best.plan.prediction.pipelineEndS;
+      int last = 0;
+      for (int r = 0; r < st.R; ++r)
+        if (ends[r].back() > ends[last].back()) last = r;
+      for (int r = 0; r < st.R; ++r) {
+        if (r == last || st.micro[last] < 2) continue;
+        Structure m = st;
+        --m.micro[last], ++m.micro[r];
+        moves.push_back(m);
+      }
+      bool moved = false;
+      for (const Structure& m : moves) {
+        auto c = simulate(m);
+        if (!c) return c.error();
+        if (*c && (*c)->plan.prediction.stepS < best.plan.prediction.stepS * (1 - 1e-9)) {
+          best = std::move(**c);
+          moved = true;
+        }
+      }
+      if (!moved) break;
+    }
+    return best;
+  }
+
+  static void sortByStep(std::vector<Candidate>& c) {
+    std::stable_sort(c.begin(), c.end(), [](const Candidate& a, const Candidate& b) {
+      return a.plan.prediction.stepS < b.plan.prediction.stepS;
+    });
+  }
+
+  Error noPlanFits() const {
+    std::string detail = "no plan fits the ranks' memory";
+    if (leastExcessRank_ >= 0)
+      detail += ": the closest needs " + trainer::bytesText(leastExcessNeed_) + " on rank " +
+                std::to_string(leastExcessRank_) + ", whose limit is " +
+                trainer::bytesText(limitOf(leastExcessRank_));
+    else
+      detail += " (no layer split fits any structure, with or without ZeRO-1)";
+    return bad("memory", detail);
+  }
+
+  // Sum over device types of count x the tokens/s one such device reaches alone.
+  Result<double> hetHubBound() const {
+    std::map<double, int> types;
+    for (double f : cluster_.flops) ++types[f];
+    double bound = 0;
+    for (auto [flops, count] : types) {
+      StepInputs in;
+      in.config = config_;
+      in.plan = trainer::uniformPlan(config_, 1, 1, 1);
+      if (auto ok = trainer::validatePlan(in.plan, config_, 1, "single-device plan"); !ok) return ok.error();
+      trainer::Placement one{{0}, {0}};
+      auto roles = trainer::assignRoles(in.plan, one, trainer::Assignment::kNaive);
+      if (!roles) return roles.error();
+      in.roles = *roles;
+      in.rankFlops = {flops};
+      in.bucketBytes = options_.bucketBytes;
+      in.optimizerBytesPerS = options_.optimizerBytesPerS;
+      // One device alone: no group of two, so the library is never asked.
+      CollectiveTime none = [](hetcommCollective_t, size_t, const std::vector<int>&) -> Result<double> { return 0.0; };
+      auto cost = stepCost(in, none);
+      if (!cost) return cost.error();
+      auto p = simulateStep(*cost);
+      if (!p) return p.error();
+      bound += count * tokensPerStep() / p->stepS;
+    }
+    return bound;
+  }
+
+  const trainer::TrainConfig& config_;
+  const ClusterInfo& cluster_;
+  CachedTime cached_;
+  CollectiveTime time_;
+  const SearchOptions& options_;
+  std::vector<int> tpDegrees_;
+  std::vector<HostRanks> hosts_;
+  std::vector<std::vector<Group>> groupLists_;
+  std::map<std::pair<std::vector<int>, int>, StageTiming> timings_;
+  SearchReport report_;
+  double leastExcess_ = kInf, leastExcessNeed_ = 0;
+  int leastExcessRank_ = -1;
+};
+
+}  // namespace
+
+std::string PlanCandidate::summary() const {
+  std::string tp;
+  for (const auto& s : plan.stages) tp += (tp.empty() ? "" : "/") + std::to_string(s.tp);
+  std::string layers, micro;
+  for (const auto& s : plan.stages) layers += (layers.empty() ? "" : ",") + std::to_string(s.layers);
+  for (int m : plan.microBatches) micro += (micro.empty() ? "" : ",") + std::to_string(m);
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s: step %.2f ms, %.0f tok/s, "
+                "bubble %.1f%%",
+                plan.dp, plan.stages.size(), tp.c_str(), layout.c_str(), layers.c_str(), micro.c_str(), microBatch,
+                zero1 ? ", ZeRO-1" : "", prediction.stepS * 1e3, tokensPerS, prediction.bubble * 100);
+  return buf;
+}
+
+Result<SearchReport> searchPlans(const trainer::TrainConfig& config, const ClusterInfo& cluster,
+                                 const CollectiveTime& time, const SearchOptions& options) {
+  return Search(config, cluster, time, options).run();
+}
+
+}  // namespace hetcomm::planner
