@@ -55,7 +55,7 @@ class CachedTime {
 struct Group {
   std::vector<int> ranks;
   int host = 0, islandOrder = 0;
-  double rate = 0;        // its slowest device's FLOP/s
+  double rate = 0;        // its slowest device's speed
   double memory = kInf;   // its smallest memory limit
 };
 
@@ -77,9 +77,9 @@ struct Candidate {
 
 class Search {
  public:
-  Search(const trainer::TrainConfig& config, const ClusterInfo& cluster, const CollectiveTime& time,
-         const SearchOptions& options)
-      : config_(config), cluster_(cluster), cached_(time), time_(cached_.fn()), options_(options) {}
+  Search(const trainer::TrainConfig& config, const ClusterInfo& cluster, const ComputeProfile& profile,
+         const CollectiveTime& time, const SearchOptions& options)
+      : config_(config), cluster_(cluster), profile_(profile), cached_(time), time_(cached_.fn()), options_(options) {}
 
   Result<SearchReport> run() {
     if (auto ok = checkInputs(); !ok) return ok.error();
@@ -162,16 +162,16 @@ class Search {
   Result<void> checkInputs() const {
     const int n = cluster_.nranks();
     if (n < 1) return bad("cluster", "has no ranks");
-    if (static_cast<int>(cluster_.island.size()) != n || static_cast<int>(cluster_.flops.size()) != n)
-      return bad("cluster", "host, island and flops need one entry per rank (" + std::to_string(n) + " hosts, " +
+    if (static_cast<int>(cluster_.island.size()) != n || static_cast<int>(cluster_.speed.size()) != n)
+      return bad("cluster", "host, island and speed need one entry per rank (" + std::to_string(n) + " hosts, " +
                                 std::to_string(cluster_.island.size()) + " islands, " +
-                                std::to_string(cluster_.flops.size()) + " rates)");
+                                std::to_string(cluster_.speed.size()) + " speeds)");
     if (limited() && static_cast<int>(cluster_.memoryBytes.size()) != n)
       return bad("cluster.memoryBytes", "has " + std::to_string(cluster_.memoryBytes.size()) + " entries for " +
                                             std::to_string(n) + " ranks");
     for (int r = 0; r < n; ++r)
-      if (!(cluster_.flops[r] > 0) || !std::isfinite(cluster_.flops[r]))
-        return bad("cluster.flops[" + std::to_string(r) + "]", "must be a positive rate, got " + num(cluster_.flops[r]));
+      if (!(cluster_.speed[r] > 0) || !std::isfinite(cluster_.speed[r]))
+        return bad("cluster.speed[" + std::to_string(r) + "]", "must be a positive speed, got " + num(cluster_.speed[r]));
     if (options_.top < 1) return bad("top", "must be >= 1, got " + std::to_string(options_.top));
     return {};
   }
@@ -206,7 +206,7 @@ class Search {
     for (int r = 0; r < cluster_.nranks(); ++r) byHost[cluster_.host[r]].push_back(r);
     std::map<int, double> islandBest;
     for (int r = 0; r < cluster_.nranks(); ++r)
-      islandBest[cluster_.island[r]] = std::max(islandBest[cluster_.island[r]], cluster_.flops[r]);
+      islandBest[cluster_.island[r]] = std::max(islandBest[cluster_.island[r]], cluster_.speed[r]);
     std::vector<std::pair<double, int>> islands;
     for (auto [id, best] : islandBest) islands.push_back({-best, id});
     std::sort(islands.begin(), islands.end());
@@ -214,7 +214,7 @@ class Search {
     for (size_t i = 0; i < islands.size(); ++i) order[islands[i].second] = static_cast<int>(i);
     for (auto& [host, ranks] : byHost) {
       std::stable_sort(ranks.begin(), ranks.end(),
-                       [&](int a, int b) { return cluster_.flops[a] > cluster_.flops[b]; });
+                       [&](int a, int b) { return cluster_.speed[a] > cluster_.speed[b]; });
       hosts_.push_back({host, order[cluster_.island[ranks[0]]], ranks});
     }
   }
@@ -253,7 +253,7 @@ class Search {
   };
   double hostRate(const HostRanks& h) const {
     double rate = kInf;
-    for (int r : h.ranks) rate = std::min(rate, cluster_.flops[r]);
+    for (int r : h.ranks) rate = std::min(rate, cluster_.speed[r]);
     return rate;
   }
 
@@ -268,7 +268,7 @@ class Search {
         g.ranks.assign(hosts_[h].ranks.begin() + i, hosts_[h].ranks.begin() + i + t);
         g.host = hosts_[h].host, g.islandOrder = hosts_[h].islandOrder;
         g.rate = kInf;
-        for (int r : g.ranks) g.rate = std::min(g.rate, cluster_.flops[r]), g.memory = std::min(g.memory, limitOf(r));
+        for (int r : g.ranks) g.rate = std::min(g.rate, cluster_.speed[r]), g.memory = std::min(g.memory, limitOf(r));
         groups.push_back(std::move(g));
       }
     }
@@ -300,7 +300,7 @@ class Search {
   Result<StageTiming> timing(const Group& g, int microBatch) {
     auto key = std::make_pair(g.ranks, microBatch);
     if (auto it = timings_.find(key); it != timings_.end()) return it->second;
-    auto t = stageTiming(configFor(microBatch), g.ranks, g.rate, time_);
+    auto t = stageTiming(configFor(microBatch), g.ranks, g.rate, profile_, time_);
     if (t) timings_.emplace(std::move(key), *t);
     return t;
   }
@@ -471,6 +471,8 @@ class Search {
     trainer::ParallelPlan plan;
     plan.dp = st.R;
     plan.microBatches = st.micro;
+    plan.microBatch = st.microBatch;
+    plan.zero = st.zero1 ? 1 : 0;
     for (int s = 0; s < st.S; ++s)
       plan.stages.push_back({st.layers[s], static_cast<int>(groups[st.at[0][s]].ranks.size())});
     plan.ranks.assign(st.R, std::vector<std::vector<int>>(st.S));
@@ -480,7 +482,8 @@ class Search {
     trainer::Placement where{cluster_.host, cluster_.island};
     auto roles = trainer::assignRoles(plan, where, trainer::Assignment::kNicAware);
     if (!roles) return roles.error();
-    StepInputs in{cfg, plan, *roles, cluster_.flops, options_.bucketBytes, st.zero1, options_.optimizerBytesPerS};
+    StepInputs in{cfg, plan, *roles, cluster_.speed, profile_, options_.bucketBytes, st.zero1,
+                  options_.optimizerBytesPerS};
     ++report_.simulated;
     Candidate c{st, {}};
     c.plan.memory = rankMemory(in);
@@ -566,9 +569,9 @@ class Search {
   // Sum over device types of count x the tokens/s one such device reaches alone.
   Result<double> hetHubBound() const {
     std::map<double, int> types;
-    for (double f : cluster_.flops) ++types[f];
+    for (double v : cluster_.speed) ++types[v];
     double bound = 0;
-    for (auto [flops, count] : types) {
+    for (auto [speed, count] : types) {
       StepInputs in;
       in.config = config_;
       in.plan = trainer::uniformPlan(config_, 1, 1, 1);
@@ -577,7 +580,8 @@ class Search {
       auto roles = trainer::assignRoles(in.plan, one, trainer::Assignment::kNaive);
       if (!roles) return roles.error();
       in.roles = *roles;
-      in.rankFlops = {flops};
+      in.rankSpeed = {speed};
+      in.profile = profile_;
       in.bucketBytes = options_.bucketBytes;
       in.optimizerBytesPerS = options_.optimizerBytesPerS;
       // One device alone: no group of two, so the library is never asked.
@@ -593,6 +597,7 @@ class Search {
 
   const trainer::TrainConfig& config_;
   const ClusterInfo& cluster_;
+  const ComputeProfile& profile_;
   CachedTime cached_;
   CollectiveTime time_;
   const SearchOptions& options_;
@@ -623,8 +628,9 @@ std::string PlanCandidate::summary() const {
 }
 
 Result<SearchReport> searchPlans(const trainer::TrainConfig& config, const ClusterInfo& cluster,
-                                 const CollectiveTime& time, const SearchOptions& options) {
-  return Search(config, cluster, time, options).run();
+                                 const ComputeProfile& profile, const CollectiveTime& time,
+                                 const SearchOptions& options) {
+  return Search(config, cluster, profile, time, options).run();
 }
 
 }  // namespace hetcomm::planner

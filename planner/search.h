@@ -4,6 +4,7 @@
 //
 //   - tensor-parallel degrees per host (a TP group never leaves its host): one degree for every host, or the
 //     largest valid degree up to it that the host's rank count allows, so hosts of other sizes take their own;
+//     with two kinds of device, a degree per kind (per-stage TP);
 //   - data-parallel degree R and pipeline depth S (R x S TP groups use every rank);
 //   - two layouts of the groups: "striped" (Holmes: stage s takes R consecutive groups in the order island,
 //     device rate, host, so a stage's data-parallel group stays in an island and its devices alike, and the
@@ -37,7 +38,7 @@ namespace hetcomm::planner {
 
 struct ClusterInfo {
   std::vector<int> host, island;    // per global rank (hetcommCommRankPlacement)
-  std::vector<double> flops;        // per rank: its device's FLOP/s
+  std::vector<double> speed;        // per rank: its device's speed relative to the profile's (profile.h)
   std::vector<double> memoryBytes;  // per rank: what it may hold; 0 or empty = no limit
   int nranks() const { return static_cast<int>(host.size()); }
 };
@@ -72,13 +73,15 @@ struct SearchReport {
   int memoryRefused = 0;            // structures or plans refused because a rank's memory cannot hold them
   // HetHub's bound: the sum over device types (equal FLOP/s) of what the type's devices reach alone, each
   // running the whole model by itself (one replica, no communication; memory not counted), in tokens/s.
+  // Device types are the ranks' speeds.
   double boundTokensPerS = 0;
 };
 
-// Errors: a cluster of no ranks or of fields of other sizes; a rate that is not positive; a micro-batch size that
+// Errors: a cluster of no ranks or of fields of other sizes; a speed that is not positive; a micro-batch size that
 // does not divide global_batch; no plan within the memory limits (the detail names the least need found and
 // the rank and limit it exceeded); a failed prediction.
 trainer::Result<SearchReport> searchPlans(const trainer::TrainConfig& config, const ClusterInfo& cluster,
-                                          const CollectiveTime& time, const SearchOptions& options = {});
+                                          const ComputeProfile& profile, const CollectiveTime& time,
+                                          const SearchOptions& options = {});
 
 }  // namespace hetcomm::planner

@@ -29,12 +29,12 @@ class Builder {
   Result<StepCost> build() {
     const trainer::ParallelPlan& plan = in_.plan;
     const int R = plan.dp, S = static_cast<int>(plan.stages.size());
-    if (static_cast<int>(in_.rankFlops.size()) != plan.worldSize())
-      return bad("rankFlops", "has " + std::to_string(in_.rankFlops.size()) + " rates for " +
+    if (static_cast<int>(in_.rankSpeed.size()) != plan.worldSize())
+      return bad("rankSpeed", "has " + std::to_string(in_.rankSpeed.size()) + " speeds for " +
                                   std::to_string(plan.worldSize()) + " ranks");
-    for (size_t r = 0; r < in_.rankFlops.size(); ++r)
-      if (!(in_.rankFlops[r] > 0))
-        return bad("rankFlops[" + std::to_string(r) + "]", "must be positive, got " + std::to_string(in_.rankFlops[r]));
+    for (size_t r = 0; r < in_.rankSpeed.size(); ++r)
+      if (!(in_.rankSpeed[r] > 0))
+        return bad("rankSpeed[" + std::to_string(r) + "]", "must be positive, got " + std::to_string(in_.rankSpeed[r]));
     if (static_cast<int>(in_.roles.ranks.size()) != R || static_cast<int>(plan.microBatches.size()) != R)
       return bad("roles", "not of the plan's shape (" + std::to_string(R) + " replicas); validate and assign first");
     StepCost cost;
@@ -83,9 +83,9 @@ class Builder {
     const int S = static_cast<int>(plan.stages.size());
     const std::vector<int>& group = in_.roles.ranks[r][s];
     const int layers = plan.stages[s].layers;
-    double rate = in_.rankFlops[group[0]];
-    for (int g : group) rate = std::min(rate, in_.rankFlops[g]);
-    auto timing = stageTiming(in_.config, group, rate, time_);
+    double speed = in_.rankSpeed[group[0]];
+    for (int g : group) speed = std::min(speed, in_.rankSpeed[g]);
+    auto timing = stageTiming(in_.config, group, speed, in_.profile, time_);
     if (!timing) return timing.error();
     const bool first = s == 0, last = s == S - 1;
     StageCost c;
@@ -171,12 +171,12 @@ class Builder {
 
 }  // namespace
 
-Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group, double rate,
-                                const CollectiveTime& time) {
+Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group, double speed,
+                                const ComputeProfile& profile, const CollectiveTime& time) {
   const trainer::ModelConfig& m = config.model;
   const int tp = static_cast<int>(group.size());
   const double tokens = double(config.microBatch) * m.seqLen;
-  const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(m);
+  const PartTimes part = profile.at(m, config.microBatch);
   auto sum = [&](size_t count) -> Result<double> {
     if (tp < 2) return 0.0;
     return time(hetcommCollAllReduce, count, group);
@@ -185,20 +185,20 @@ Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::v
   if (!stream) return stream.error();
   StageTiming t;
   t.streamSumS = *stream;
-  const double block = (f.attention + f.mlp) / tp * tokens / rate, head = f.head / tp * tokens / rate;
+  const double share = 1.0 / (tp * speed);
   // Two sums a block each way (the attention's and the MLP's outputs; their inputs' gradients).
-  t.blockForwardS = block + 2 * *stream;
-  t.blockBackwardS = 2 * block + 2 * *stream;
+  t.blockForwardS = part.blockForwardS * share + 2 * *stream;
+  t.blockBackwardS = part.blockBackwardS * share + 2 * *stream;
   t.firstForwardS = *stream;  // the vocabulary-parallel embedding's sum
   t.firstBackwardS = 0;
-  t.lastForwardS = head;
+  t.lastForwardS = part.headForwardS * share;
   if (tp > 1) {  // the vocabulary-parallel softmax: a max over tokens, then two sums per token
     auto mx = sum(size_t(tokens)), two = sum(2 * size_t(tokens));
     if (!mx) return mx.error();
     if (!two) return two.error();
     t.lastForwardS += *mx + *two;
   }
-  t.lastBackwardS = 2 * head + *stream;
+  t.lastBackwardS = part.headBackwardS * share + *stream;
   return t;
 }
 

@@ -3,8 +3,8 @@
 // plan makes (never a cost model of the planner's own).
 //
 // Per stage and micro-batch of micro_batch sequences of seq_len tokens, as trainer/emulated_stage.cc runs it:
-//   compute    the stage's FLOPs (its blocks' attention and MLP, the head on the last stage; backward twice the
-//              forward) over its TP group's slowest device rate, each rank holding 1/tp of every block;
+//   compute    the stage's blocks (and the head on the last stage) from the compute profile (profile.h) at its TP
+//              group's slowest device speed, each rank holding 1/tp of every block;
 //   TP sums    forward: the embedding's sum (first stage), two per block, the head's max and sums (last stage);
 //              backward: the head's one, two per block; each an all-reduce over the stage's TP group, of the
 //              residual stream (tokens x d_model floats) or the softmax's statistics;
@@ -23,6 +23,7 @@
 #include <functional>
 #include <vector>
 
+#include "planner/profile.h"
 #include "planner/step_sim.h"
 #include "trainer/config.h"
 #include "trainer/error.h"
@@ -43,7 +44,8 @@ struct StepInputs {
   trainer::TrainConfig config;    // the model, micro_batch (sequences per micro-batch)
   trainer::ParallelPlan plan;     // validated: microBatches filled
   trainer::RoleTable roles;       // from assignRoles
-  std::vector<double> rankFlops;  // per global rank: FLOP/s of its device
+  std::vector<double> rankSpeed;  // per global rank: its device's speed relative to the profile's (1: as profiled)
+  ComputeProfile profile = ComputeProfile::fromFlops(1e12);
   size_t bucketBytes = 1 << 20;   // --bucket-mb
   bool zero1 = false;
   // What AdamW streams per second on one rank (bytes of parameters, gradients and moments read and written).
@@ -51,7 +53,7 @@ struct StepInputs {
 };
 
 // A stage's compute and tensor-parallel sums per micro-batch on one TP group (global ranks, TP order), its devices
-// at `rate` FLOP/s (the group's slowest): per block, and the extras of the first stage (the embedding) and of the
+// at relative `speed` (the group's slowest) under `profile`: per block, and the extras of the first stage (the embedding) and of the
 // last (the final LayerNorm and head). A stage's forward is first? + layers x block + last?, its backward alike.
 struct StageTiming {
   double blockForwardS = 0, blockBackwardS = 0;
@@ -66,7 +68,7 @@ struct StageTiming {
   }
 };
 trainer::Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group,
-                                         double rate, const CollectiveTime& time);
+                                         double speed, const ComputeProfile& profile, const CollectiveTime& time);
 
 // The time of the residual stream's transfer from one stage's TP group to the next's (or the gradient's back):
 // receiver j takes 1/|to| of it from sender j mod |from| (the slowest pair counts), then the receivers all-gather.
@@ -74,10 +76,10 @@ trainer::Result<double> stageTransfer(const trainer::TrainConfig& config, const 
                                       const std::vector<int>& to, const CollectiveTime& time);
 
 // Each global rank's memory while training under the plan, by the trainer's own accounting (trainer/memory.h).
-// in.roles and in.plan as for stepCost; rankFlops is not read.
+// in.roles and in.plan as for stepCost; rankSpeed and the profile are not read.
 std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in);
 
-// Errors: rankFlops not one positive rate per rank of the plan; roles not of the plan's shape; a failed
+// Errors: rankSpeed not one positive speed per rank of the plan; roles not of the plan's shape; a failed
 // prediction (its message).
 trainer::Result<StepCost> stepCost(const StepInputs& in, const CollectiveTime& time);
 

@@ -104,10 +104,19 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
     return Error{.source = source, .detail = std::string("must be a JSON object, got ") + j.type_name()};
   Reader in(source);
   ParallelPlan plan;
-  if (!in.onlyKnownKeys(j, "", {"data_parallel", "micro_batches", "stages", "ranks"})) return in.error();
+  if (!in.onlyKnownKeys(j, "", {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero"}))
+    return in.error();
 
   if (auto it = j.find("data_parallel"); it != j.end()) in.integer(*it, "data_parallel", plan.dp);
   if (auto it = j.find("micro_batches"); it != j.end()) in.integers(*it, "micro_batches", plan.microBatches);
+  if (auto it = j.find("micro_batch"); it != j.end()) {
+    in.integer(*it, "micro_batch", plan.microBatch);
+    if (!in.failed() && plan.microBatch < 1) in.fail("micro_batch", "must be positive, got " + str(plan.microBatch));
+  }
+  if (auto it = j.find("zero"); it != j.end()) {
+    in.integer(*it, "zero", plan.zero);
+    if (!in.failed() && plan.zero != 0 && plan.zero != 1) in.fail("zero", "must be 0 or 1, got " + str(plan.zero));
+  }
 
   auto stages = j.find("stages");
   if (stages == j.end()) {
@@ -321,6 +330,8 @@ json toJson(const ParallelPlan& plan) {
   json j{{"data_parallel", plan.dp}, {"stages", std::move(stages)}};
   if (!plan.microBatches.empty()) j["micro_batches"] = plan.microBatches;
   if (!plan.ranks.empty()) j["ranks"] = plan.ranks;
+  if (plan.microBatch > 0) j["micro_batch"] = plan.microBatch;
+  if (plan.zero >= 0) j["zero"] = plan.zero;
   return j;
 }
 
@@ -452,6 +463,10 @@ Result<void> validatePlan(ParallelPlan& plan, const TrainConfig& config, int wor
                            " ranks, but the world has " + str(worldSize)};
   }
 
+  if (plan.microBatch > 0 && plan.microBatch != config.microBatch)
+    return keyError(source, "micro_batch",
+                    "the plan runs micro-batches of " + str(plan.microBatch) + " sequences but the config's micro_batch "
+                    "is " + str(config.microBatch) + " (set it to the plan's)");
   if (config.microBatch <= 0 || config.globalBatch <= 0)
     return Error{.source = source,
                  .detail = "the config's micro_batch " + str(config.microBatch) + " and global_batch " +

@@ -13,13 +13,17 @@
 //     "stages": [                                required, in pipeline order, at least one
 //       {"layers": 1, "tensor_parallel": 2},     layers required: transformer blocks on the stage;
 //       {"layers": 3, "tensor_parallel": 1} ],   tensor_parallel optional, default 1 (may differ between stages)
-//     "ranks": [[[0,1],[2]], [[3,4],[5]]] }      optional: ranks[replica][stage] = the global ranks of that
+//     "ranks": [[[0,1],[2]], [[3,4],[5]]],       optional: ranks[replica][stage] = the global ranks of that
 //                                                stage's TP group, in TP order; a permutation of 0..world-1;
 //                                                absent = assigned by assignRoles()
+//     "micro_batch": 2,                          optional: sequences per micro-batch; the run's config must
+//                                                agree (the trainer takes it over); absent = the config's
+//     "zero": 1 }                                optional: ZeRO-1 on (1) or off (0); absent = the command line's
 // The embedding lives on stage 0 and the final LayerNorm + LM head on the last stage, so with >= 2 stages the
 // first or last stage may hold 0 blocks; any other stage needs at least one.
 //
-// The C++ fields are the keys' camelCase twins (dp, microBatches, stages[i].layers, stages[i].tp, ranks).
+// The C++ fields are the keys' camelCase twins (dp, microBatches, stages[i].layers, stages[i].tp, ranks,
+// microBatch, zero).
 //
 // Not here: building communicators, running the pipeline schedule, the model's split into stage parameters.
 #pragma once
@@ -47,6 +51,8 @@ struct ParallelPlan {
   std::vector<StagePlan> stages{};  // pipeline stages in order
   // Optional explicit roles: ranks[replica][stage][tpRank] = global rank. Empty = assignRoles() decides.
   std::vector<std::vector<std::vector<int>>> ranks{};
+  int microBatch = 0;  // sequences per micro-batch; 0 = the config's micro_batch
+  int zero = -1;       // ZeRO-1: 1 on, 0 off, -1 = not said (the command line decides)
 
   int ranksPerReplica() const;    // sum of the stages' tp: the ranks one pipeline replica occupies
   int worldSize() const;          // dp * ranksPerReplica()
@@ -75,7 +81,8 @@ ParallelPlan uniformPlan(const TrainConfig& config, int tp, int pp, int dp);
 Result<void> validatePlanShape(const ParallelPlan& plan, const std::string& source = "plan");
 // All checks against the run: validatePlanShape, then the stages' layers sum to model.n_layer; each tp divides
 // n_head (heads split over TP ranks), d_model (and so 4*d_model, the MLP width) and vocab_size (the
-// vocab-parallel embedding / LM head); worldSize == plan.worldSize(); the batch: with micro_batches given,
+// vocab-parallel embedding / LM head); worldSize == plan.worldSize(); the plan's micro_batch, when given, is the
+// config's; the batch: with micro_batches given,
 // sum(micro_batches) * micro_batch == global_batch, and without, global_batch % (micro_batch * dp) == 0.
 // On success an empty plan.microBatches is filled with dp copies of global_batch / (micro_batch * dp), so every
 // later reader sees explicit counts; on error the plan is left as it was. `config` is assumed valid

@@ -33,6 +33,9 @@ struct FakeLinks {
   }
 };
 
+// A speed-1 device runs 1e10 FLOP/s.
+ComputeProfile profile() { return ComputeProfile::fromFlops(1e10); }
+
 trainer::TrainConfig config() {
   trainer::TrainConfig c;
   c.model = {.nLayer = 8, .nHead = 4, .dModel = 64, .seqLen = 64, .vocabSize = 256};
@@ -41,14 +44,14 @@ trainer::TrainConfig config() {
   return c;
 }
 
-// hosts x ranksPerHost ranks; hosts [0, hosts/2) in island 0 at `fast` FLOP/s, the rest in island 1 at `slow`.
+// hosts x ranksPerHost ranks; hosts [0, hosts/2) in island 0 at speed `fast`, the rest in island 1 at `slow`.
 ClusterInfo cluster(int hosts, int ranksPerHost, double fast, double slow) {
   ClusterInfo c;
   for (int h = 0; h < hosts; ++h)
     for (int k = 0; k < ranksPerHost; ++k) {
       c.host.push_back(h);
       c.island.push_back(h < hosts / 2 ? 0 : 1);
-      c.flops.push_back(h < hosts / 2 ? fast : slow);
+      c.speed.push_back(h < hosts / 2 ? fast : slow);
     }
   return c;
 }
@@ -58,7 +61,7 @@ double stepOf(trainer::ParallelPlan plan, const trainer::TrainConfig& cfg, const
               const CollectiveTime& time) {
   EXPECT_TRUE(trainer::validatePlan(plan, cfg, c.nranks()).has_value());
   auto roles = trainer::assignRoles(plan, {c.host, c.island}, trainer::Assignment::kNicAware).value();
-  StepInputs in{cfg, plan, roles, c.flops};
+  StepInputs in{cfg, plan, roles, c.speed, profile()};
   return simulateStep(stepCost(in, time).value()).value().stepS;
 }
 
@@ -93,11 +96,11 @@ void expectValid(const SearchReport& r, const trainer::TrainConfig& cfg, const C
 
 TEST(Search, PlansAreValidAndTheSameEveryTime) {
   const trainer::TrainConfig cfg = config();
-  const ClusterInfo c = cluster(4, 2, 2e10, 1e10);
+  const ClusterInfo c = cluster(4, 2, 1, 0.5);
   FakeLinks links{c};
-  const SearchReport a = searchPlans(cfg, c, links.time()).value();
+  const SearchReport a = searchPlans(cfg, c, profile(), links.time()).value();
   expectValid(a, cfg, c);
-  const SearchReport b = searchPlans(cfg, c, links.time()).value();
+  const SearchReport b = searchPlans(cfg, c, profile(), links.time()).value();
   ASSERT_EQ(a.best.size(), b.best.size());
   for (size_t i = 0; i < a.best.size(); ++i) {
     EXPECT_EQ(a.best[i].plan, b.best[i].plan);
@@ -107,9 +110,9 @@ TEST(Search, PlansAreValidAndTheSameEveryTime) {
 
 TEST(Search, BeatsTheHandPlansOnMixedDevices) {
   const trainer::TrainConfig cfg = config();
-  const ClusterInfo c = cluster(4, 2, 2e10, 1e10);
+  const ClusterInfo c = cluster(4, 2, 1, 0.5);
   FakeLinks links{c};
-  const SearchReport r = searchPlans(cfg, c, links.time()).value();
+  const SearchReport r = searchPlans(cfg, c, profile(), links.time()).value();
   expectValid(r, cfg, c);
   const double found = r.best[0].prediction.stepS;
   // Uniform data parallelism; uneven micro-batches by speed (README's best hand plan); Megatron's TP 2 x PP 2.
@@ -127,11 +130,11 @@ TEST(Search, BeatsTheHandPlansOnMixedDevices) {
 
 TEST(Search, BoundIsTheSumOfEachDeviceAlone) {
   trainer::TrainConfig cfg = config();
-  const ClusterInfo one = cluster(2, 1, 1e10, 1e10);  // two equal devices
-  const ClusterInfo alone{{0}, {0}, {1e10}, {}};
+  const ClusterInfo one = cluster(2, 1, 1, 1);  // two equal devices
+  const ClusterInfo alone{{0}, {0}, {1}, {}};
   FakeLinks links{one}, none{alone};
-  const SearchReport two = searchPlans(cfg, one, links.time()).value();
-  const SearchReport single = searchPlans(cfg, alone, none.time()).value();
+  const SearchReport two = searchPlans(cfg, one, profile(), links.time()).value();
+  const SearchReport single = searchPlans(cfg, alone, profile(), none.time()).value();
   EXPECT_NEAR(two.boundTokensPerS, 2 * single.boundTokensPerS, 1e-9 * two.boundTokensPerS);
   // Alone, with no one to talk to, the best plan is the bound (at the config's micro-batch size, or better).
   EXPECT_GE(single.best[0].tokensPerS, single.boundTokensPerS * (1 - 1e-9));
@@ -139,14 +142,14 @@ TEST(Search, BoundIsTheSumOfEachDeviceAlone) {
 
 TEST(Search, KeepsEveryRankWithinItsMemory) {
   const trainer::TrainConfig cfg = config();
-  ClusterInfo c = cluster(2, 2, 1e10, 1e10);
+  ClusterInfo c = cluster(2, 2, 1, 1);
   FakeLinks links{c};
-  const SearchReport free = searchPlans(cfg, c, links.time()).value();
+  const SearchReport free = searchPlans(cfg, c, profile(), links.time()).value();
   // Limits at 60 % of what the unconstrained best plan's fullest rank needs.
   double most = 0;
   for (const auto& m : free.best[0].memory) most = std::max(most, m.total());
   c.memoryBytes.assign(c.nranks(), 0.6 * most);
-  const SearchReport tight = searchPlans(cfg, c, links.time()).value();
+  const SearchReport tight = searchPlans(cfg, c, profile(), links.time()).value();
   expectValid(tight, cfg, c);
   EXPECT_GT(tight.memoryRefused, 0);
   for (const auto& p : tight.best) EXPECT_LE(p.peakMemoryShare, 1.0);
@@ -154,31 +157,31 @@ TEST(Search, KeepsEveryRankWithinItsMemory) {
 
 TEST(Search, SaysWhenNothingFits) {
   const trainer::TrainConfig cfg = config();
-  ClusterInfo c = cluster(2, 1, 1e10, 1e10);
+  ClusterInfo c = cluster(2, 1, 1, 1);
   c.memoryBytes = {1024, 1024};
   FakeLinks links{c};
-  auto r = searchPlans(cfg, c, links.time());
+  auto r = searchPlans(cfg, c, profile(), links.time());
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message().find("no plan fits"), std::string::npos) << r.error().message();
 }
 
 TEST(Search, RefusesBadInputs) {
   const trainer::TrainConfig cfg = config();
-  ClusterInfo c = cluster(2, 1, 1e10, 1e10);
+  ClusterInfo c = cluster(2, 1, 1, 1);
   FakeLinks links{c};
   ClusterInfo shortFlops = c;
-  shortFlops.flops.pop_back();
-  auto r = searchPlans(cfg, shortFlops, links.time());
+  shortFlops.speed.pop_back();
+  auto r = searchPlans(cfg, shortFlops, profile(), links.time());
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message().find("one entry per rank"), std::string::npos) << r.error().message();
   ClusterInfo zero = c;
-  zero.flops[1] = 0;
-  r = searchPlans(cfg, zero, links.time());
+  zero.speed[1] = 0;
+  r = searchPlans(cfg, zero, profile(), links.time());
   ASSERT_FALSE(r.has_value());
-  EXPECT_NE(r.error().message().find("flops[1]"), std::string::npos) << r.error().message();
+  EXPECT_NE(r.error().message().find("speed[1]"), std::string::npos) << r.error().message();
   SearchOptions o;
   o.microBatchSizes = {5};
-  r = searchPlans(cfg, c, links.time(), o);
+  r = searchPlans(cfg, c, profile(), links.time(), o);
   ASSERT_FALSE(r.has_value());
   EXPECT_NE(r.error().message().find("does not divide global_batch 32"), std::string::npos) << r.error().message();
 }

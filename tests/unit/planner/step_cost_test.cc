@@ -44,13 +44,14 @@ StepInputs inputs(int tp, int pp, int dp) {
     where.island.push_back(0);
   }
   in.roles = trainer::assignRoles(in.plan, where, trainer::Assignment::kNaive).value();
-  in.rankFlops.assign(in.plan.worldSize(), 1e9);
+  in.rankSpeed.assign(in.plan.worldSize(), 1);
+  in.profile = ComputeProfile::fromFlops(1e9);
   return in;
 }
 
 TEST(StepCost, ComputeIsTheStagesFlopsAtItsSlowestDevice) {
   StepInputs in = inputs(1, 2, 1);
-  in.rankFlops = {1e9, 0.5e9};
+  in.rankSpeed = {1, 0.5};
   FakeLinks links;
   StepCost c = stepCost(in, links.time()).value();
   ASSERT_EQ(c.replicas.size(), 1u);
@@ -144,15 +145,15 @@ TEST(StepCost, MemoryIsTheTrainersAccountingPerRank) {
 TEST(StepCost, BadInputsAndFailedPredictionsAreErrors) {
   StepInputs in = inputs(1, 2, 1);
   FakeLinks links;
-  in.rankFlops = {1e9};
+  in.rankSpeed = {1};
   auto r = stepCost(in, links.time());
   ASSERT_FALSE(r.has_value());
-  EXPECT_NE(r.error().message().find("rankFlops: has 1 rates for 2 ranks"), std::string::npos) << r.error().message();
-  in.rankFlops = {1e9, 0};
+  EXPECT_NE(r.error().message().find("rankSpeed: has 1 speeds for 2 ranks"), std::string::npos) << r.error().message();
+  in.rankSpeed = {1, 0};
   r = stepCost(in, links.time());
   ASSERT_FALSE(r.has_value());
-  EXPECT_NE(r.error().message().find("rankFlops[1]"), std::string::npos) << r.error().message();
-  in.rankFlops = {1e9, 1e9};
+  EXPECT_NE(r.error().message().find("rankSpeed[1]"), std::string::npos) << r.error().message();
+  in.rankSpeed = {1, 1};
   CollectiveTime failing = [](hetcommCollective_t, size_t, const std::vector<int>&) -> trainer::Result<double> {
     return trainer::Error{.source = "test", .detail = "no link"};
   };

@@ -247,6 +247,32 @@ TEST(PlanValidate, MicroBatchesMustMakeTheGlobalBatch) {
               {"3+2 = 5 micro-batches x micro_batch 4 = 20 samples per step, but global_batch is 16"});
 }
 
+TEST(Plan, MicroBatchSizeAndZeroRoundTrip) {
+  auto p = parsePlan(R"({"stages": [{"layers": 4}], "data_parallel": 2, "micro_batch": 2, "zero": 1})");
+  ASSERT_TRUE(p.has_value()) << p.error().message();
+  EXPECT_EQ(p->microBatch, 2);
+  EXPECT_EQ(p->zero, 1);
+  EXPECT_EQ(parsePlan(toJson(*p).dump()).value(), *p);
+  auto none = parsePlan(R"({"stages": [{"layers": 4}]})").value();
+  EXPECT_EQ(none.microBatch, 0);
+  EXPECT_EQ(none.zero, -1);
+  EXPECT_FALSE(toJson(none).contains("micro_batch"));
+  EXPECT_FALSE(toJson(none).contains("zero"));
+  expectError(parsePlan(R"({"stages": [{"layers": 4}], "zero": 2})"), "key 'zero'", {"must be 0 or 1, got 2"});
+  expectError(parsePlan(R"({"stages": [{"layers": 4}], "micro_batch": 0})"), "key 'micro_batch'",
+              {"must be positive, got 0"});
+}
+
+TEST(PlanValidate, MicroBatchSizeMustBeTheConfigs) {
+  ParallelPlan p{.dp = 2, .stages = {{.layers = 4}}, .microBatch = 2};
+  expectError(validatePlan(p, smallConfig(), 2), "key 'micro_batch'",
+              {"micro-batches of 2 sequences but the config's micro_batch is 4"});
+  TrainConfig c = smallConfig();
+  c.microBatch = 2;
+  EXPECT_TRUE(validatePlan(p, c, 2).has_value());
+  EXPECT_EQ(p.microBatches, (std::vector<int>{4, 4}));
+}
+
 TEST(PlanValidate, MicroBatchesMustBePositive) {
   ParallelPlan p{.dp = 2, .microBatches = {4, 0}, .stages = {{.layers = 4}}};
   expectError(validatePlan(p, smallConfig(), 2), "key 'micro_batches[1]'",

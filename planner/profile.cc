@@ -1,0 +1,186 @@
+#include "planner/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <unistd.h>
+
+#include "kernels/nn/nn.h"
+#include "trainer/model.h"
+#include "trainer/param_layout.h"
+
+namespace hetcomm::planner {
+namespace {
+
+using nlohmann::json;
+using trainer::Error;
+using trainer::Result;
+
+constexpr int kProfileVersion = 1;
+constexpr int kRepetitions = 5;  // timed forward + backward passes per model and size; the median counts
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Median forward and backward seconds of the whole model (one stage, TP 1) at B sequences.
+std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B) {
+  using Clock = std::chrono::steady_clock;
+  const trainer::ParamLayout layout(model, size_t(1) << 20, 1);
+  trainer::Gpt gpt(model, layout, B);
+  std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
+  gpt.initParams(params.data(), 1);
+  std::vector<int32_t> tokens(size_t(B) * model.seqLen), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 % 256), targets[i] = int32_t(i * 13 % 256);
+  std::vector<double> forward, backward;
+  for (int rep = 0; rep <= kRepetitions; ++rep) {  // the first warms caches and allocators
+    const auto t0 = Clock::now();
+    (void)gpt.forward(params.data(), tokens.data(), targets.data(), B);
+    const auto t1 = Clock::now();
+    gpt.backward(params.data(), grads.data(), 1.0f, [](int) {});
+    const auto t2 = Clock::now();
+    if (rep == 0) continue;
+    forward.push_back(std::chrono::duration<double>(t1 - t0).count());
+    backward.push_back(std::chrono::duration<double>(t2 - t1).count());
+  }
+  return {median(forward), median(backward)};
+}
+
+PartTimes measureAt(const trainer::ModelConfig& model, int B) {
+  // A block's time from models of 1 and 3 blocks (the difference over 2), the rest from the 1-block model.
+  trainer::ModelConfig one = model, three = model;
+  one.nLayer = 1, three.nLayer = 3;
+  const auto [f1, b1] = timeModel(one, B);
+  const auto [f3, b3] = timeModel(three, B);
+  PartTimes t;
+  t.blockForwardS = std::max(0.0, (f3 - f1) / 2);
+  t.blockBackwardS = std::max(0.0, (b3 - b1) / 2);
+  t.headForwardS = std::max(0.0, f1 - t.blockForwardS);
+  t.headBackwardS = std::max(0.0, b1 - t.blockBackwardS);
+  return t;
+}
+
+json toJson(const PartTimes& t) {
+  return {{"block_forward_s", t.blockForwardS}, {"block_backward_s", t.blockBackwardS},
+          {"head_forward_s", t.headForwardS}, {"head_backward_s", t.headBackwardS}};
+}
+
+}  // namespace
+
+ComputeProfile ComputeProfile::fromFlops(double flopsPerS) {
+  ComputeProfile p;
+  p.flopsPerS_ = flopsPerS;
+  char b[64];
+  std::snprintf(b, sizeof b, "FLOPs at %.1f GFLOP/s", flopsPerS / 1e9);
+  p.source_ = b;
+  return p;
+}
+
+ComputeProfile ComputeProfile::fromMeasured(std::map<int, PartTimes> bySize, std::string source) {
+  ComputeProfile p;
+  p.measured_ = std::move(bySize);
+  p.source_ = std::move(source);
+  return p;
+}
+
+PartTimes ComputeProfile::at(const trainer::ModelConfig& model, int microBatch) const {
+  if (measured_.empty()) {
+    const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(model);
+    const double tokens = double(microBatch) * model.seqLen, rate = flopsPerS_ > 0 ? flopsPerS_ : 1;
+    return {(f.attention + f.mlp) * tokens / rate, 2 * (f.attention + f.mlp) * tokens / rate, f.head * tokens / rate,
+            2 * f.head * tokens / rate};
+  }
+  // The nearest measured size (by ratio), scaled by the tokens.
+  auto nearest = measured_.begin();
+  for (auto it = measured_.begin(); it != measured_.end(); ++it)
+    if (std::abs(std::log(double(it->first) / microBatch)) < std::abs(std::log(double(nearest->first) / microBatch)))
+      nearest = it;
+  const double scale = double(microBatch) / nearest->first;
+  const PartTimes& t = nearest->second;
+  return {t.blockForwardS * scale, t.blockBackwardS * scale, t.headForwardS * scale, t.headBackwardS * scale};
+}
+
+std::string profileCacheDir() {
+  if (const char* dir = std::getenv("HETCOMM_PROFILE_CACHE"); dir && *dir)
+    return std::string(dir) == "off" ? "" : std::string(dir);
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/hetcomm";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/hetcomm";
+  return "";
+}
+
+Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const std::vector<int>& sizes, int threads,
+                                      const std::string& cacheDir, bool* cached) {
+  if (cached) *cached = false;
+  if (auto ok = trainer::validate(model, "profile"); !ok) return ok.error();
+  if (sizes.empty()) return Error{.source = "profile", .field = "sizes", .detail = "no micro-batch size to measure"};
+  for (int s : sizes)
+    if (s < 1)
+      return Error{.source = "profile", .field = "sizes", .detail = "micro-batch size " + std::to_string(s) + " < 1"};
+  threads = std::max(1, threads);
+  const std::string cpu = cpuModel();
+  const json key = {{"version", kProfileVersion}, {"model", trainer::toJson(model)}, {"sizes", sizes},
+                    {"threads", threads}, {"cpu", cpu}};
+  char name[64];
+  std::snprintf(name, sizeof name, "profile-%016zx.json", std::hash<std::string>{}(key.dump()));
+  const std::string path = cacheDir.empty() ? "" : cacheDir + "/" + name;
+  const std::string source = "measured on " + cpu + ", " + std::to_string(threads) + " BLAS thread" +
+                             (threads > 1 ? "s" : "");
+  if (!path.empty()) {
+    std::ifstream in(path);
+    if (in) {
+      try {
+        const json doc = json::parse(in);
+        if (doc.at("key") == key) {
+          std::map<int, PartTimes> bySize;
+          for (const json& e : doc.at("sizes"))
+            bySize[e.at("micro_batch").get<int>()] = {e.at("block_forward_s").get<double>(),
+                                                      e.at("block_backward_s").get<double>(),
+                                                      e.at("head_forward_s").get<double>(),
+                                                      e.at("head_backward_s").get<double>()};
+          if (cached) *cached = true;
+          return ComputeProfile::fromMeasured(std::move(bySize), source + " (cached " + path + ")");
+        }
+      } catch (const json::exception&) {
+        // A damaged or foreign cache file: measure again and overwrite it.
+      }
+    }
+  }
+  kernels::nn::setBlasThreads(threads);
+  std::map<int, PartTimes> bySize;
+  json entries = json::array();
+  for (int s : sizes) {
+    bySize[s] = measureAt(model, s);
+    json e = toJson(bySize[s]);
+    e["micro_batch"] = s;
+    entries.push_back(std::move(e));
+  }
+  if (!path.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(cacheDir, ec);
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      if (out) out << json{{"key", key}, {"sizes", entries}}.dump(1) << "\n";
+    }
+    std::filesystem::rename(tmp, path, ec);
+    if (ec) std::filesystem::remove(tmp, ec);
+  }
+  return ComputeProfile::fromMeasured(std::move(bySize), source);
+}
+
+}  // namespace hetcomm::planner
