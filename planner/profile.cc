@@ -12,7 +12,6 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "kernels/nn/nn.h"
 #include "trainer/model.h"
 #include "trainer/param_layout.h"
 
@@ -160,7 +159,7 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
       }
     }
   }
-  kernels::nn::setBlasThreads(threads);
+  trainer::Gpt::setThreads(threads);
   std::map<int, PartTimes> bySize;
   json entries = json::array();
   for (int s : sizes) {

@@ -356,9 +356,9 @@ class Search {
       }
       return capacity >= L;
     };
-    bool zero1 = false;
-    if (!fits(false)) {
-      if (!(options_.tryZero1 && R > 1 && fits(true))) {
+    bool zero1 = options_.zero == 1 && R > 1;
+    if (!fits(zero1)) {
+      if (zero1 || !(options_.zero != 0 && R > 1 && fits(true))) {
         ++report_.memoryRefused;
         return std::optional<Structure>{};
       }
@@ -459,8 +459,8 @@ class Search {
   }
 
   std::vector<bool> zeroChoices(const Structure& st) const {
-    if (st.zero1) return {true};  // only ZeRO-1 fits
-    if (options_.tryZero1 && st.R > 1) return {false, true};
+    if (st.zero1) return {true};  // only ZeRO-1 fits, or asked for
+    if (options_.zero == -1 && st.R > 1) return {false, true};
     return {false};
   }
 

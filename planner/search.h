@@ -47,7 +47,7 @@ struct SearchOptions {
   // Micro-batch sizes (sequences) to try; empty: the config's micro_batch, its half and its double where they
   // divide global_batch.
   std::vector<int> microBatchSizes;
-  bool tryZero1 = true;          // also plans with ZeRO-1 (always when only they fit)
+  int zero = -1;                 // ZeRO-1: -1 both (only ZeRO-1 where only it fits), 0 never, 1 always
   size_t bucketBytes = 1 << 20;  // the trainer's --bucket-mb
   double optimizerBytesPerS = 4e9;
   int top = 5;        // plans to report

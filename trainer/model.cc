@@ -378,4 +378,7 @@ double Gpt::flopsPerToken(const ModelConfig& cfg) {
   return 3 * (cfg.nLayer * (f.attention + f.mlp) + f.head);  // forward, and backward at twice the forward
 }
 
+void Gpt::setThreads(int n) { nn::setBlasThreads(n); }
+int Gpt::threads() { return nn::blasThreads(); }
+
 }  // namespace hetcomm::trainer

@@ -93,6 +93,9 @@ class Gpt final : public StageModel {
     double attention, mlp, head;
   };
   static ForwardFlops forwardFlopsPerToken(const ModelConfig& cfg);
+  // BLAS threads of this process's model math (every Gpt's), and how many it has now.
+  static void setThreads(int n);
+  static int threads();
   static double flopsPerToken(const ModelConfig& cfg);
   double flopsPerToken() const { return flopsPerToken(cfg_); }
 

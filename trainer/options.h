@@ -1,0 +1,46 @@
+// options.h: hetcomm-train's command line: what it reads, and the run's config from the config file with the
+// command line's overrides on top.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include "trainer/config.h"
+#include "trainer/error.h"
+
+namespace hetcomm::trainer {
+
+struct Options {
+  std::string config = "configs/gpt-tiny.json";
+  std::optional<int64_t> steps, warmup, evalEvery, logEvery, checkpointEvery;
+  std::optional<int> nLayer, nHead, dModel, seqLen, microBatch, globalBatch, evalBatches;
+  std::optional<double> lr, minLr, weightDecay, gradClip;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> data;
+  std::string checkpointDir, resume, logJson;
+  std::optional<int> zero;  // --zero; absent: the plan's, else 0
+  double bucketMb = 1.0;
+  int threads = 0;
+  bool progress = true;
+  std::string plan;  // a plan file, or "auto" (the planner chooses at start)
+  std::string assignment = "nic";
+  int tp = 1, pp = 1;
+  std::vector<std::string> deviceSpeeds;  // --device-speeds' entries: numbers, or "topo"
+  bool emulateCompute = false;
+  double referenceGflops = 0;
+  std::vector<uint64_t> memoryLimits;
+  int planTop = 3;  // --plan auto: plans shown
+};
+
+// Parses argv. Returns the options, or the exit code when the program should stop (--help: 0, a bad option: the
+// usage error, already printed by CLI11).
+std::variant<Options, int> parseCommandLine(int argc, char** argv);
+
+// The config file with the command line's overrides (validated with data-parallel size 1; the plan's checks come
+// later).
+Result<TrainConfig> configFrom(const Options& o);
+
+}  // namespace hetcomm::trainer
