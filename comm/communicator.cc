@@ -36,8 +36,9 @@ HC_PARAM_INT(multiRail, "MULTIRAIL", 1)
 namespace {
 
 constexpr size_t kMaxCachedPlans = 256;
-// Groups whose views predictFor keeps: a planner asks about each candidate group at a few sizes in a row.
-constexpr size_t kPredictedGroups = 64;
+// Groups whose views predictFor keeps: a planner asks about each candidate group at a few sizes, and comes back
+// to it while it weighs other plans (a 1024-rank plan search asks about some hundreds of groups).
+constexpr size_t kPredictedGroups = 1024;
 
 // What every rank publishes at init: where it runs, what it forces, what it can run (the Offer), and how each of
 // its transports reaches it (blobs, by transport kind; empty for one it does not run).
@@ -460,12 +461,10 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
   std::shared_ptr<coll::GroupView> g;
   {
     std::lock_guard<std::mutex> lock(predictMu_);
-    for (auto it = predicted_.begin(); it != predicted_.end(); ++it)
-      if (it->first == ranks) {
-        g = it->second;
-        std::rotate(it, it + 1, predicted_.end());  // most recent last
-        break;
-      }
+    if (auto it = predictedAt_.find(ranks); it != predictedAt_.end()) {
+      g = it->second->second;
+      predicted_.splice(predicted_.end(), predicted_, it->second);  // most recent last
+    }
   }
   if (!g) {
     // The group's own view: its ranks' nodes, this communicator's link figures between them, and the hosts'
@@ -485,8 +484,14 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
     g = std::make_shared<coll::GroupView>(groupView(me < n ? me : 0, view, links, parentHost));
     std::lock_guard<std::mutex> lock(predictMu_);
-    predicted_.push_back({ranks, g});
-    if (predicted_.size() > kPredictedGroups) predicted_.erase(predicted_.begin());
+    if (!predictedAt_.count(ranks)) {
+      predicted_.push_back({ranks, g});
+      predictedAt_[ranks] = std::prev(predicted_.end());
+      if (predicted_.size() > kPredictedGroups) {
+        predictedAt_.erase(predicted_.front().first);
+        predicted_.pop_front();
+      }
+    }
   }
   return coll::selectAlgorithm(args, *g, forcedAlgo_);
 }

@@ -6,6 +6,8 @@
 
 #include <atomic>
 #include <deque>
+#include <list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -155,7 +157,8 @@ class Communicator {
   std::vector<char> tcpBetweenHosts_;                 // per host pair: its transport is tcp (it takes a path)
   std::mutex predictMu_;                              // guards predicted_
   // predictFor's views of the groups asked about last, most recent last; at most kPredictedGroups.
-  std::vector<std::pair<std::vector<int>, std::shared_ptr<coll::GroupView>>> predicted_;
+  std::list<std::pair<std::vector<int>, std::shared_ptr<coll::GroupView>>> predicted_;
+  std::map<std::vector<int>, decltype(predicted_)::iterator> predictedAt_;  // by ranks
   bool attached_ = false;
   bool hostsStore_ = false;
   bool model_ = false;  // initModel: no connections, no engine

@@ -32,13 +32,17 @@ std::string num(double v) {
   return b;
 }
 
-// The library's predictions, each asked once: the search asks about the same groups again and again.
+// The library's predictions, each asked once: the search asks about the same groups again and again. Groups on
+// the same hosts in the same order are taken to cost the same (the ranks of a host share its NICs and memory),
+// so the TP ranks of a stage, whose data-parallel groups lie on the same hosts, ask once between them.
 class CachedTime {
  public:
-  explicit CachedTime(const CollectiveTime& time) : time_(time) {}
+  CachedTime(const CollectiveTime& time, const std::vector<int>& hostOf) : time_(time), hostOf_(hostOf) {}
   CollectiveTime fn() {
     return [this](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> Result<double> {
-      auto key = std::make_tuple(static_cast<int>(coll), count, ranks);
+      std::vector<int> hosts(ranks.size());
+      for (size_t i = 0; i < ranks.size(); ++i) hosts[i] = hostOf_[ranks[i]];
+      auto key = std::make_tuple(static_cast<int>(coll), count, std::move(hosts));
       if (auto it = seen_.find(key); it != seen_.end()) return it->second;
       auto t = time_(coll, count, ranks);
       if (t) seen_.emplace(std::move(key), *t);
@@ -48,6 +52,7 @@ class CachedTime {
 
  private:
   const CollectiveTime& time_;
+  const std::vector<int>& hostOf_;
   std::map<std::tuple<int, size_t, std::vector<int>>, double> seen_;
 };
 
@@ -66,6 +71,8 @@ struct Structure {
   std::vector<std::vector<int>> at;  // [replica][stage] -> index into groups
   std::vector<int> layers, micro;
   bool zero1 = false;
+  double pipelineS = kInf;  // the estimate's 1F1B part: a lower bound of estimateS
+  std::vector<double> lastBackwardS;  // per stage, replica 0's
   double estimateS = kInf;
   size_t groupsOf = 0;  // which policy's group list (index into the search's lists)
 };
@@ -79,7 +86,8 @@ class Search {
  public:
   Search(const trainer::TrainConfig& config, const ClusterInfo& cluster, const ComputeProfile& profile,
          const CollectiveTime& time, const SearchOptions& options)
-      : config_(config), cluster_(cluster), profile_(profile), cached_(time), time_(cached_.fn()), options_(options) {}
+      : config_(config), cluster_(cluster), profile_(profile), cached_(time, cluster.host), time_(cached_.fn()),
+        options_(options) {}
 
   Result<SearchReport> run() {
     if (auto ok = checkInputs(); !ok) return ok.error();
@@ -113,6 +121,19 @@ class Search {
           }
         }
     }
+    // The reductions only where they can still matter: in order of the 1F1B part (which the whole estimate is at
+    // least), until that part alone is slower than the `simulate` best whole estimates so far.
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Structure& a, const Structure& b) { return a.pipelineS < b.pipelineS; });
+    std::priority_queue<double> kept;  // the best `simulate` whole estimates (the worst of them on top)
+    size_t costed = 0;
+    for (; costed < all.size(); ++costed) {
+      if (static_cast<int>(kept.size()) >= options_.simulate && all[costed].pipelineS >= kept.top()) break;
+      if (auto ok = addReductions(all[costed]); !ok) return ok.error();
+      kept.push(all[costed].estimateS);
+      if (static_cast<int>(kept.size()) > options_.simulate) kept.pop();
+    }
+    all.resize(costed);
     std::stable_sort(all.begin(), all.end(),
                      [](const Structure& a, const Structure& b) { return a.estimateS < b.estimateS; });
     // The best estimates in full, then the best of those refined.
@@ -306,18 +327,23 @@ class Search {
   }
 
   // Bytes one rank of stage s holds with k blocks: exact at 1 and 2 blocks, linear in between and beyond (each
-  // block adds the same parameters and activations). inFlight: the micro-batches a replica runs (its slots).
-  std::pair<double, double> memoryLine(const Structure& st, int s, bool zero1, int inFlight) const {
+  // block adds the same parameters and activations). microBatches: the replica's per step (its slots and
+  // boundary buffers; the estimate assumes an even split, the full simulation checks the real one).
+  std::pair<double, double> memoryLine(const Structure& st, int s, bool zero1, int microBatches) const {
     const int tp = static_cast<int>(groupLists_[st.groupsOf][st.at[0][s]].ranks.size());
+    // A plan whose blocks sum to the model's (a layout's last stage holds every block after its first): stage s
+    // with k, another stage with the rest.
     auto need = [&](int k) {
       trainer::ParallelPlan p;
       p.dp = st.R;
-      for (int i = 0; i < st.S; ++i) p.stages.push_back({i == s ? k : 1, tp});
+      for (int i = 0; i < st.S; ++i) p.stages.push_back({i == s ? k : 0, tp});
+      if (st.S > 1) p.stages[s == st.S - 1 ? 0 : st.S - 1].layers = model().nLayer - k;
       const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
       const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
       const size_t owned = zero1 ? layout.totalFloats() / st.R : layout.totalFloats();
-      return trainer::memoryNeed(configFor(st.microBatch), shard, layout, owned, inFlight, s, st.S).total();
+      return trainer::memoryNeed(configFor(st.microBatch), shard, layout, owned, microBatches, s, st.S).total();
     };
+    if (st.S == 1) return {need(model().nLayer), 0.0};  // the only stage holds every block
     const double one = need(1), two = need(2);
     return {one - (two - one), two - one};  // need(k) = base + k * perBlock
   }
@@ -347,8 +373,8 @@ class Search {
         minBlocks[s] = (S >= 2 && (s == 0 || s == S - 1)) ? 0 : 1;
         maxBlocks[s] = L;
         if (limit < kInf) {
-          const auto [base, block] = memoryLine(st, s, zero, total);
-          const double most = block > 0 ? std::floor((limit - base) / block) : (base <= limit ? L : -1);
+          const auto [base, block] = memoryLine(st, s, zero, (total + R - 1) / R);
+          const double most = block > 0 ? std::floor((limit - base) / block) : (base <= limit ? L : -1.0);
           maxBlocks[s] = static_cast<int>(std::clamp(most, -1.0, double(L)));
         }
         if (maxBlocks[s] < minBlocks[s]) return false;
@@ -392,10 +418,18 @@ class Search {
       }
     }
     st.micro = splitMicroBatches(slowest, sum, total);
-    double pipeline = 0;
-    for (int r = 0; r < R; ++r) pipeline = std::max(pipeline, (st.micro[r] - 1) * slowest[r] + sum[r]);
-    // The data-parallel reduction of each stage's gradients (replica 0's TP rank 0 group), less the last
-    // backward it overlaps; the optimizer of the largest stage.
+    st.pipelineS = 0;
+    for (int r = 0; r < R; ++r) st.pipelineS = std::max(st.pipelineS, (st.micro[r] - 1) * slowest[r] + sum[r]);
+    st.lastBackwardS.resize(S);
+    for (int s = 0; s < S; ++s) st.lastBackwardS[s] = t[0][s].backwardS(st.layers[s], s == 0, s == S - 1);
+    return std::optional<Structure>{st};
+  }
+
+  // The rest of the estimate: the data-parallel reduction of each stage's gradients (replica 0's TP rank 0
+  // group), less the last backward it overlaps, and the optimizer of the largest stage.
+  Result<void> addReductions(Structure& st) {
+    const std::vector<Group>& groups = groupLists_[st.groupsOf];
+    const int R = st.R, S = st.S;
     double tail = 0, optimizer = 0;
     for (int s = 0; s < S; ++s) {
       trainer::ParallelPlan p;
@@ -410,10 +444,10 @@ class Search {
       for (int r = 0; r < R; ++r) dp.push_back(groups[st.at[r][s]].ranks[0]);
       auto reduce = time_(hetcommCollAllReduce, layout.totalFloats(), dp);
       if (!reduce) return reduce.error();
-      tail = std::max(tail, *reduce - t[0][s].backwardS(st.layers[s], s == 0, s == S - 1));
+      tail = std::max(tail, *reduce - st.lastBackwardS[s]);
     }
-    st.estimateS = pipeline + std::max(0.0, tail) + optimizer;
-    return std::optional<Structure>{st};
+    st.estimateS = st.pipelineS + std::max(0.0, tail) + optimizer;
+    return {};
   }
 
   // Blocks per stage minimising the slowest stage (extra[s] + k * perBlock[s]) with minBlocks <= k <= maxBlocks:
@@ -511,28 +545,36 @@ class Search {
     return std::optional<Candidate>{std::move(c)};
   }
 
-  // Hill climbing from a simulated plan: a block to a neighbouring stage, or a micro-batch from the replica that
-  // ends last to another, while the simulated step gets shorter.
+  // Hill climbing from a simulated plan, on its bottlenecks: a block from the busiest stage (the most compute in
+  // the step, over the replicas) to either neighbour or to the least busy stage, and a micro-batch from the replica whose pipeline ends last
+  // to the one that ends first; the first move that shortens the simulated step is taken, until none does.
   Result<Candidate> improve(Candidate best) {
-    for (int round = 0; round < 2 * model().nLayer + 16; ++round) {
-      std::vector<Structure> moves;
+    for (int round = 0; round < 4 * model().nLayer + 16; ++round) {
       const Structure& st = best.st;
-      for (int s = 0; s < st.S; ++s)
-        for (int to : {s - 1, s + 1}) {
-          if (to < 0 || to >= st.S || st.layers[s] == 0) continue;
-          Structure m = st;
-          --m.layers[s], ++m.layers[to];
-          if (m.layers[s] == 0 && s != 0 && s != st.S - 1) continue;
-          moves.push_back(m);
-        }
-      const std::vector<std::vector<double>>& ends = best.plan.prediction.pipelineEndS;
-      int last = 0;
-      for (int r = 0; r < st.R; ++r)
-        if (ends[r].back() > ends[last].back()) last = r;
-      for (int r = 0; r < st.R; ++r) {
-        if (r == last || st.micro[last] < 2) continue;
+      const StepPrediction& p = best.plan.prediction;
+      std::vector<Structure> moves;
+      int busiest = 0, idlest = 0;
+      std::vector<double> busy(st.S, 0);
+      for (int s = 0; s < st.S; ++s) {
+        for (int r = 0; r < st.R; ++r) busy[s] = std::max(busy[s], p.busyS[r][s]);
+        if (busy[s] > busy[busiest]) busiest = s;
+        if (busy[s] < busy[idlest]) idlest = s;
+      }
+      for (int to : {busiest - 1, busiest + 1, idlest}) {
+        if (to < 0 || to >= st.S || to == busiest || st.layers[busiest] == 0) continue;
         Structure m = st;
-        --m.micro[last], ++m.micro[r];
+        --m.layers[busiest], ++m.layers[to];
+        if (m.layers[busiest] == 0 && busiest != 0 && busiest != st.S - 1) continue;
+        moves.push_back(m);
+      }
+      int last = 0, first = 0;
+      for (int r = 0; r < st.R; ++r) {
+        if (p.pipelineEndS[r].back() > p.pipelineEndS[last].back()) last = r;
+        if (p.pipelineEndS[r].back() < p.pipelineEndS[first].back()) first = r;
+      }
+      if (last != first && st.micro[last] > 1) {
+        Structure m = st;
+        --m.micro[last], ++m.micro[first];
         moves.push_back(m);
       }
       bool moved = false;
@@ -542,6 +584,7 @@ class Search {
         if (*c && (*c)->plan.prediction.stepS < best.plan.prediction.stepS * (1 - 1e-9)) {
           best = std::move(**c);
           moved = true;
+          break;
         }
       }
       if (!moved) break;
@@ -612,13 +655,29 @@ class Search {
 
 }  // namespace
 
+namespace {
+
+// "6,7x3,4": runs of three or more equal values as value x count, so a 64-stage plan fits a line.
+std::string runs(const std::vector<int>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size();) {
+    size_t j = i;
+    while (j < v.size() && v[j] == v[i]) ++j;
+    const size_t n = j - i;
+    for (size_t k = 0; k < (n >= 3 ? 1 : n); ++k) out += (out.empty() ? "" : sep) + std::to_string(v[i]);
+    if (n >= 3) out += "x" + std::to_string(n);
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string PlanCandidate::summary() const {
-  std::string tp;
-  for (const auto& s : plan.stages) tp += (tp.empty() ? "" : "/") + std::to_string(s.tp);
-  std::string layers, micro;
-  for (const auto& s : plan.stages) layers += (layers.empty() ? "" : ",") + std::to_string(s.layers);
-  for (int m : plan.microBatches) micro += (micro.empty() ? "" : ",") + std::to_string(m);
-  char buf[512];
+  std::vector<int> tps, blocks;
+  for (const auto& s : plan.stages) tps.push_back(s.tp), blocks.push_back(s.layers);
+  const std::string tp = runs(tps, "/"), layers = runs(blocks, ","), micro = runs(plan.microBatches, ",");
+  char buf[1024];
   std::snprintf(buf, sizeof buf,
                 "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s: step %.2f ms, %.0f tok/s, "
                 "bubble %.1f%%",

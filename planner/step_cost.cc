@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "trainer/memory.h"
 #include "trainer/model.h"
@@ -136,18 +137,27 @@ class Builder {
       for (int r = 0; r < R; ++r) dp.push_back(in_.roles.ranks[r][s][t]);
       std::vector<Bucket> buckets;
       double gather = 0;
+      // Buckets are mostly of one size: each size asked once (reduce, gather).
+      std::map<size_t, std::pair<double, double>> bySize;
       for (const trainer::Bucket& b : layout.buckets()) {
-        const hetcommCollective_t coll = in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce;
-        auto reduce = time(coll, in_.zero1 ? b.length / R : b.length, dp);
-        if (!reduce) return reduce.error();
-        if (in_.zero1) {
-          auto g = time(hetcommCollAllGather, b.length / R, dp);
-          if (!g) return g.error();
-          gather += *g;
+        auto known = bySize.find(b.length);
+        if (known == bySize.end()) {
+          const hetcommCollective_t coll = in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce;
+          auto reduce = time(coll, in_.zero1 ? b.length / R : b.length, dp);
+          if (!reduce) return reduce.error();
+          double g = 0;
+          if (in_.zero1) {
+            auto gathered = time(hetcommCollAllGather, b.length / R, dp);
+            if (!gathered) return gathered.error();
+            g = *gathered;
+          }
+          known = bySize.emplace(b.length, std::make_pair(*reduce, g)).first;
         }
+        const double reduce = known->second.first;
+        gather += known->second.second;
         // Replica 0's share: every replica's stage runs the same blocks (at its own devices' rate).
         const double share = backwardShares_.at({0, s})[b.firstGroup];
-        buckets.push_back({share, *reduce, tiedGroup >= b.firstGroup && tiedGroup <= b.lastGroup});
+        buckets.push_back({share, reduce, tiedGroup >= b.firstGroup && tiedGroup <= b.lastGroup});
       }
       if (R > 1 && (cost.buckets[s].empty() || total(buckets) > total(cost.buckets[s]))) cost.buckets[s] = buckets;
       const double floats = double(in_.zero1 ? layout.totalFloats() / R : layout.totalFloats());
@@ -235,12 +245,20 @@ std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in) {
   const trainer::ParallelPlan& plan = in.plan;
   const int S = static_cast<int>(plan.stages.size());
   std::vector<trainer::MemoryNeed> need(plan.worldSize());
+  // Every replica's rank of a (stage, TP rank) holds the same; only its micro-batches differ.
+  std::map<std::tuple<int, int, int>, trainer::MemoryNeed> known;
   for (int g = 0; g < plan.worldSize() && g < static_cast<int>(in.roles.of.size()); ++g) {
     const trainer::Role& role = in.roles.of[g];
+    const int micro = plan.microBatches[role.replica];
+    const auto key = std::make_tuple(role.stage, role.tpRank, micro);
+    if (auto it = known.find(key); it != known.end()) {
+      need[g] = it->second;
+      continue;
+    }
     const trainer::Shard shard = trainer::shardOf(plan, role);
     const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, plan.dp);
     const size_t owned = in.zero1 ? layout.totalFloats() / plan.dp : layout.totalFloats();
-    need[g] = trainer::memoryNeed(in.config, shard, layout, owned, plan.microBatches[role.replica], role.stage, S);
+    need[g] = known[key] = trainer::memoryNeed(in.config, shard, layout, owned, micro, role.stage, S);
   }
   return need;
 }
