@@ -369,13 +369,16 @@ class Search {
       int capacity = 0;
       for (int s = 0; s < S; ++s) {
         double limit = kInf;
-        for (int r = 0; r < R; ++r) limit = std::min(limit, groups[st.at[r][s]].memory);
+        int tightest = groups[st.at[0][s]].ranks[0];
+        for (int r = 0; r < R; ++r)
+          if (groups[st.at[r][s]].memory < limit) limit = groups[st.at[r][s]].memory, tightest = groups[st.at[r][s]].ranks[0];
         minBlocks[s] = (S >= 2 && (s == 0 || s == S - 1)) ? 0 : 1;
         maxBlocks[s] = L;
         if (limit < kInf) {
           const auto [base, block] = memoryLine(st, s, zero, (total + R - 1) / R);
           const double most = block > 0 ? std::floor((limit - base) / block) : (base <= limit ? L : -1.0);
           maxBlocks[s] = static_cast<int>(std::clamp(most, -1.0, double(L)));
+          if (maxBlocks[s] < minBlocks[s]) noteExcess(tightest, base + minBlocks[s] * block, limit);
         }
         if (maxBlocks[s] < minBlocks[s]) return false;
         capacity += maxBlocks[s];
@@ -527,8 +530,7 @@ class Search {
       c.plan.peakMemoryShare = std::max(c.plan.peakMemoryShare, c.plan.memory[r].total() / limit);
       if (c.plan.memory[r].total() > limit) {
         ++report_.memoryRefused;
-        if (c.plan.memory[r].total() - limit < leastExcess_)
-          leastExcess_ = c.plan.memory[r].total() - limit, leastExcessRank_ = r, leastExcessNeed_ = c.plan.memory[r].total();
+        noteExcess(r, c.plan.memory[r].total(), limit);
         return std::optional<Candidate>{};
       }
     }
@@ -598,14 +600,18 @@ class Search {
     });
   }
 
+  // The plan or stage that missed its rank's memory by the least (for the error when nothing fits).
+  void noteExcess(int rank, double need, double limit) {
+    if (need / limit < leastExcess_) leastExcess_ = need / limit, leastExcessRank_ = rank, leastExcessNeed_ = need;
+  }
+
   Error noPlanFits() const {
     std::string detail = "no plan fits the ranks' memory";
     if (leastExcessRank_ >= 0)
       detail += ": the closest needs " + trainer::bytesText(leastExcessNeed_) + " on rank " +
                 std::to_string(leastExcessRank_) + ", whose limit is " +
-                trainer::bytesText(limitOf(leastExcessRank_));
-    else
-      detail += " (no layer split fits any structure, with or without ZeRO-1)";
+                trainer::bytesText(limitOf(leastExcessRank_)) + " (every TP, PP and DP degree and layout tried" +
+                (options_.zero != 0 ? ", with ZeRO-1 too)" : ")");
     return bad("memory", detail);
   }
 
@@ -649,7 +655,7 @@ class Search {
   std::vector<std::vector<Group>> groupLists_;
   std::map<std::pair<std::vector<int>, int>, StageTiming> timings_;
   SearchReport report_;
-  double leastExcess_ = kInf, leastExcessNeed_ = 0;
+  double leastExcess_ = kInf, leastExcessNeed_ = 0;  // the least need / limit of a refused plan
   int leastExcessRank_ = -1;
 };
 

@@ -34,10 +34,16 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
   app.add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints (0: only at the end)");
   app.add_option("--resume", o.resume, "checkpoint file to continue from");
   app.add_option("--log-json", o.logJson, "write one JSON object per step to this file");
+  app.add_option("--summary-json", o.summaryJson,
+                 "write the run's summary (throughput; the measured step and, with --predict or --plan auto, the "
+                 "predicted one, term by term) as JSON to this file");
   app.add_flag("!--no-progress", o.progress, "no progress bar");
   app.add_option("--plan", o.plan,
                  "parallel plan JSON (stages, TP degrees, micro-batches per replica, ranks), or 'auto': the planner "
                  "chooses one at start from the live link figures, the device speeds and the memory limits");
+  app.add_flag("--predict", o.predict,
+               "print the planner's prediction for the plan at start, and against the measured step at the end (with "
+               "--plan auto always)");
   app.add_option("--plan-top", o.planTop, "--plan auto: the best plans to show")->check(CLI::PositiveNumber);
   app.add_option("--tp", o.tp, "tensor-parallel degree of every stage (without --plan)")->check(CLI::PositiveNumber);
   app.add_option("--pp", o.pp, "pipeline stages, blocks split evenly (without --plan)")->check(CLI::PositiveNumber);

@@ -20,7 +20,7 @@ struct Options {
   std::optional<double> lr, minLr, weightDecay, gradClip;
   std::optional<uint64_t> seed;
   std::vector<std::string> data;
-  std::string checkpointDir, resume, logJson;
+  std::string checkpointDir, resume, logJson, summaryJson;
   std::optional<int> zero;  // --zero; absent: the plan's, else 0
   double bucketMb = 1.0;
   int threads = 0;
@@ -32,7 +32,8 @@ struct Options {
   bool emulateCompute = false;
   double referenceGflops = 0;
   std::vector<uint64_t> memoryLimits;
-  int planTop = 3;  // --plan auto: plans shown
+  int planTop = 3;       // --plan auto: plans shown
+  bool predict = false;  // --predict: the planner's prediction for the plan, against the measured step
 };
 
 // Parses argv. Returns the options, or the exit code when the program should stop (--help: 0, a bad option: the

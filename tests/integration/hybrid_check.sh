@@ -6,7 +6,8 @@
 #   speeds (timing only: the same losses);
 # and that the role table is printed, and that bad plans and options are refused with a message that says why.
 # Also: checkpoints of any plan resume exactly, and under another plan; --emulate-compute runs a plan with no math and says so; --memory-limits accepts a plan that fits and
-# refuses one that does not, naming the rank and its numbers; a topology file's GPU peaks give device speeds.
+# refuses one that does not, naming the rank and its numbers; a topology file's GPU peaks give device speeds;
+# --plan auto (2 and 4 ranks, real and emulated compute) and --predict.
 set -uo pipefail
 bin=$1
 src=$2
@@ -80,6 +81,28 @@ grep -q "emulated device speeds (from the topology file's GPU peaks; compute str
 check "the topology file's GPU peaks give speeds 1, 0.5" $?
 compare one topospeeds 1e-4; check "speeds from the topology file: the single process's losses (1e-4)" $?
 
+# --plan auto: the planner chooses on rank 0, every rank runs its plan, and the losses are the single process's;
+# the chosen plan's prediction is printed against the measured step. --predict does the same for a given plan.
+matches auto2 2 "--plan auto on 2 ranks" --plan auto --summary-json "$work/auto2-summary.json"
+matches auto4 4 "--plan auto on 4 ranks with device speeds 1, 1, 0.5, 0.5" --plan auto --device-speeds 1,1,0.5,0.5
+grep -q "plan auto: searched in" "$work/auto4.log" && grep -q "planner: HetHub bound" "$work/auto4.log" &&
+  grep -q "plan (--plan auto, nic assignment)" "$work/auto4.log" &&
+  grep -q "summary: predicted vs measured: step" "$work/auto4.log"
+check "--plan auto prints its search, its plan and predicted vs measured" $?
+python3 -c '
+import json, sys
+j = json.load(open(sys.argv[1]))
+p, m = j["predicted"], j["measured"]
+sys.exit(not (p["step_ms"] > 0 and m["step_ms"] > 0 and m["tokens_per_s"] > 0 and 0 <= m["bubble"] <= 1))
+' "$work/auto2-summary.json"
+check "--summary-json holds the predicted and the measured step" $?
+train autoemu 4 --plan auto --emulate-compute --reference-gflops 20 --device-speeds 1,1,0.5,0.5
+check "--plan auto with --emulate-compute runs" $?
+grep -q "compute: FLOPs at 20.0 GFLOP/s" "$work/autoemu.log"; check "--plan auto plans the emulated devices' FLOPs" $?
+train predicted 4 --tp 2 --pp 2 --predict; check "--predict runs" $?
+grep -q "^\[0\] predicted: step" "$work/predicted.log" && grep -q "summary: predicted vs measured" "$work/predicted.log"
+check "--predict prints the plan's prediction and compares it" $?
+
 refused() {  # name ranks pattern description args...
   local name=$1 np=$2 pattern=$3 what=$4
   shift 4
@@ -98,6 +121,8 @@ refused memcount 2 "--memory-limits has 3 entries for 2 ranks" "--memory-limits 
   --memory-limits 1G,1G,1G
 refused topo 2 "gives rank 0 no GPU peak" "--device-speeds topo without GPU peaks" --device-speeds topo
 refused speedtext 2 "entry 1 'fast' is not a number" "--device-speeds with a word" --device-speeds 1,fast
+refused autotp 2 "--plan auto and --tp/--pp both given" "--plan auto with --tp" --plan auto --tp 2
+refused automem 2 "no plan fits" "--plan auto when no plan fits --memory-limits" --plan auto --memory-limits 64K
 refused emuckpt 2 "computes no parameters" "--emulate-compute with checkpoints" --emulate-compute \
   --checkpoint-dir "$work/ckpt2"
 
