@@ -108,7 +108,8 @@ struct Training::State {
   std::vector<float> params, grads;
   int64_t step = 0;
   std::string memoryLine;
-  std::optional<StepBreakdown> predicted;  // --plan auto, --predict (lead rank)
+  std::optional<planner::ComputeProfile> computeProfile;  // --plan auto, --predict
+  std::optional<StepBreakdown> predicted;                // --plan auto, --predict (lead rank)
   std::string predictionText;               // what the lead prints before the steps
 
   void worldSum(std::vector<double>& v) const {
@@ -208,6 +209,9 @@ void Training::State::resolveReferenceRate() {
 }
 
 void Training::State::choosePlan() {
+  // The compute profile, measured by every rank at once when it is measured (as they will compute: a rank alone
+  // on the host would find the memory bus to itself).
+  if (o.plan == "auto" || o.predict) computeProfile = profile();
   if (o.plan == "auto") {
     if (o.tp > 1 || o.pp > 1) die(rank, "--plan auto and --tp/--pp both given: the planner chooses both");
     planAutomatically();
@@ -262,7 +266,7 @@ void Training::State::planAutomatically() {
     request.speeds = plannedSpeeds();
     std::string memorySource;
     request.memoryLimits = check(rank, memoryLimits(comm, o.memoryLimits, true, &memorySource));
-    request.profile = profile();
+    request.profile = *computeProfile;
     request.options.top = o.planTop;
     request.options.bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
     if (o.zero) request.options.zero = *o.zero;
@@ -294,7 +298,7 @@ void Training::State::predict() {
   Placement at = check(rank, placementOf(comm));
   RoleTable roles = check(rank, assignRoles(plan, at, o.assignment == "naive" ? Assignment::kNaive
                                                                               : Assignment::kNicAware));
-  planner::StepInputs in{cfg, plan, roles, plannedSpeeds(), profile(),
+  planner::StepInputs in{cfg, plan, roles, plannedSpeeds(), *computeProfile,
                          static_cast<size_t>(o.bucketMb * (1 << 20)), zero1};
   auto cost = planner::stepCost(in, planner::predictedBy(comm));
   auto p = cost ? planner::simulateStep(*cost) : Result<planner::StepPrediction>(cost.error());
