@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   std::string zero = "auto";
   std::optional<int> globalBatch, microBatch, nLayer;
   double bucketMb = 1.0;
+  hp::PlanRequest request;
   CLI::App app{"hetcomm-plan: the automatic hybrid-parallel planner (DP x PP x TP, uneven stages and micro-batches, "
                "NIC-aware placement, ZeRO-1)"};
   app.add_option("--config", configPath, "the model and batch (hetcomm-train's JSON config)");
@@ -106,8 +107,14 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch-sizes", sizes, "micro-batch sizes to try")->delimiter(',');
   app.add_option("--zero", zero, "ZeRO-1: auto (try both), 0 or 1")->check(CLI::IsMember({"auto", "0", "1"}));
   app.add_option("--bucket-mb", bucketMb, "gradient bucket size in MiB (hetcomm-train's)")->check(CLI::PositiveNumber);
+  app.add_option("--max-tp", request.options.maxTp, "the largest tensor-parallel degree to consider (0: any)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-pp", request.options.maxPp, "the most pipeline stages to consider (0: any)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--top", top, "plans to print")->check(CLI::PositiveNumber);
   app.add_option("--simulate", simulate, "structures to simulate in full")->check(CLI::PositiveNumber);
+  std::vector<std::string> evaluate;
+  app.add_option("--evaluate", evaluate, "predict these plan files instead of searching (one line each)");
   app.add_option("-o,--output", out, "write the best plan here");
   app.add_option("--json", jsonOut, "write the report (every printed plan, the bound, the counts) as JSON here");
   CLI11_PARSE(app, argc, argv);
@@ -146,7 +153,6 @@ int main(int argc, char** argv) {
   ht::DeviceSpeeds speeds = check(ht::deviceSpeeds(comm, speedsText));
   if (speedsText.empty() && speeds.topoPeakTflops > 0) speeds = check(ht::deviceSpeeds(comm, {"topo"}));
   std::string memorySource;
-  hp::PlanRequest request;
   request.speeds = speeds.speeds;
   request.memoryLimits = check(ht::memoryLimits(comm, limits, true, &memorySource));
   const double reference = referenceGflops > 0 ? referenceGflops * 1e9 : speeds.topoPeakTflops * 1e12;
@@ -167,6 +173,15 @@ int main(int argc, char** argv) {
     request.profile = check(hp::measureProfile(cfg.model, measured, perRank, hp::profileCacheDir()));
   }
 
+  if (!evaluate.empty()) {
+    for (const std::string& path : evaluate) {
+      hp::PlanCandidate c = check(hp::predictPlan(comm, cfg, check(ht::loadPlan(path)), request));
+      if (lead) std::printf("%s: %s\n", path.c_str(), c.summary().c_str());
+    }
+    if (launched() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
+    hetcommCommDestroy(comm);
+    return 0;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   hp::SearchReport report = check(hp::planWorld(comm, cfg, request));
   const double planS = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

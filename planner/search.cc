@@ -64,13 +64,17 @@ struct Group {
   double memory = kInf;   // its smallest memory limit
 };
 
+// How a plan keeps the optimizer state: whole on every rank, ZeRO-1 in even shares, or ZeRO-1 in shares sized to
+// each rank's free memory (Cephalo).
+enum class Zero { kOff, kEven, kByMemory };
+
 // A way to lay groups out: replica r, stage s -> a group, with its estimate.
 struct Structure {
   std::string layout;
   int R = 1, S = 1, microBatch = 1;
   std::vector<std::vector<int>> at;  // [replica][stage] -> index into groups
   std::vector<int> layers, micro;
-  bool zero1 = false;
+  Zero zero = Zero::kOff;  // how the optimizer state is kept (the estimate's choice; the simulation may try more)
   double pipelineS = kInf;  // the estimate's 1F1B part: a lower bound of estimateS
   std::vector<double> lastBackwardS;  // per stage, replica 0's
   double estimateS = kInf;
@@ -80,6 +84,9 @@ struct Structure {
 struct Candidate {
   Structure st;
   PlanCandidate plan;
+  // Shares by memory: the rank even shares would overfill the most, its need and need / limit.
+  int evenRank = -1;
+  double evenNeed = 0, evenShare = 1;
 };
 
 class Search {
@@ -98,6 +105,7 @@ class Search {
     // Structures of every TP policy and layout, costed by the estimate.
     std::vector<Structure> all;
     for (const std::vector<int>& policy : tpPolicies()) {
+      if (options_.maxTp > 0 && *std::max_element(policy.begin(), policy.end()) > options_.maxTp) continue;
       groupLists_.push_back(cutGroups(policy));
       const size_t list = groupLists_.size() - 1;
       const int G = static_cast<int>(groupLists_[list].size());
@@ -105,7 +113,7 @@ class Search {
         for (int R = 1; R <= G; ++R) {
           if (G % R) continue;
           const int S = G / R;
-          if (S > model().nLayer) continue;
+          if (S > model().nLayer || (options_.maxPp > 0 && S > options_.maxPp)) continue;
           if (std::string(layout) == "blocked" && (S == 1 || R == 1)) continue;  // the same as striped
           Structure st;
           st.layout = layout;
@@ -139,9 +147,9 @@ class Search {
     // The best estimates in full, then the best of those refined.
     std::vector<Candidate> done;
     for (size_t i = 0; i < all.size() && static_cast<int>(i) < options_.simulate; ++i)
-      for (bool zero : zeroChoices(all[i])) {
+      for (Zero zero : zeroChoices(all[i])) {
         Structure st = all[i];
-        st.zero1 = zero;
+        st.zero = zero;
         auto c = simulate(st);
         if (!c) return c.error();
         if (*c) done.push_back(std::move(**c));
@@ -158,7 +166,7 @@ class Search {
     // Distinct plans only (a refinement may land on a plan already found).
     std::vector<std::string> seen;
     for (Candidate& c : done) {
-      const std::string key = trainer::toJson(c.plan.plan).dump() + (c.plan.zero1 ? "z" : "") +
+      const std::string key = trainer::toJson(c.plan.plan).dump() +
                               std::to_string(c.plan.microBatch);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(key);
@@ -326,10 +334,16 @@ class Search {
     return t;
   }
 
-  // Bytes one rank of stage s holds with k blocks: exact at 1 and 2 blocks, linear in between and beyond (each
-  // block adds the same parameters and activations). microBatches: the replica's per step (its slots and
-  // boundary buffers; the estimate assumes an even split, the full simulation checks the real one).
-  std::pair<double, double> memoryLine(const Structure& st, int s, bool zero1, int microBatches) const {
+  // Bytes one rank of stage s holds with k blocks, as two lines base + k * perBlock (exact at 1 and 2 blocks,
+  // linear beyond: each block adds the same parameters and activations): everything but the optimizer state
+  // (parameters, gradients, activations, buffers), and the optimizer state of the whole stage (one rank's under
+  // plain data parallelism; ZeRO-1 divides it among the DP group). microBatches: the replica's per step (its
+  // slots and boundary buffers; the estimate assumes an even split, the full simulation checks the real one).
+  struct Line {
+    double base = 0, perBlock = 0;
+    double at(double k) const { return base + k * perBlock; }
+  };
+  std::pair<Line, Line> memoryLines(const Structure& st, int s, int microBatches) const {
     const int tp = static_cast<int>(groupLists_[st.groupsOf][st.at[0][s]].ranks.size());
     // A plan whose blocks sum to the model's (a layout's last stage holds every block after its first): stage s
     // with k, another stage with the rest.
@@ -340,12 +354,17 @@ class Search {
       if (st.S > 1) p.stages[s == st.S - 1 ? 0 : st.S - 1].layers = model().nLayer - k;
       const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
       const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
-      const size_t owned = zero1 ? layout.totalFloats() / st.R : layout.totalFloats();
-      return trainer::memoryNeed(configFor(st.microBatch), shard, layout, owned, microBatches, s, st.S).total();
+      const trainer::MemoryNeed n = trainer::memoryNeed(configFor(st.microBatch), shard, layout,
+                                                        layout.totalFloats(), microBatches, s, st.S);
+      return std::make_pair(n.total() - n.optimizer, n.optimizer);
     };
-    if (st.S == 1) return {need(model().nLayer), 0.0};  // the only stage holds every block
-    const double one = need(1), two = need(2);
-    return {one - (two - one), two - one};  // need(k) = base + k * perBlock
+    if (st.S == 1) {  // the only stage holds every block
+      const auto [rest, optimizer] = need(model().nLayer);
+      return {{rest, 0}, {optimizer, 0}};
+    }
+    const auto [rest1, opt1] = need(1);
+    const auto [rest2, opt2] = need(2);
+    return {{2 * rest1 - rest2, rest2 - rest1}, {2 * opt1 - opt2, opt2 - opt1}};
   }
 
   // The estimate: layers by the min-max programme within memory, micro-batches greedily, each replica's 1F1B,
@@ -364,36 +383,60 @@ class Search {
     // Per stage: time per block and extras (slowest replica), the most blocks memory allows.
     std::vector<double> perBlock(S, 0), extra(S, 0);
     std::vector<int> maxBlocks(S, L), minBlocks(S, 1);
-    // The blocks each stage may hold within its ranks' memory; ZeRO-1 when only it fits.
-    auto fits = [&](bool zero) {
+    // The blocks each stage may hold within its ranks' memory, under one way of keeping the optimizer state:
+    // whole on every rank, ZeRO-1 in even shares, or ZeRO-1 in shares sized to each rank's room (Cephalo).
+    auto fits = [&](Zero mode) {
       int capacity = 0;
       for (int s = 0; s < S; ++s) {
-        double limit = kInf;
+        double limit = kInf, sum = 0;
         int tightest = groups[st.at[0][s]].ranks[0];
-        for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r) {
           if (groups[st.at[r][s]].memory < limit) limit = groups[st.at[r][s]].memory, tightest = groups[st.at[r][s]].ranks[0];
+          sum += groups[st.at[r][s]].memory;
+        }
         minBlocks[s] = (S >= 2 && (s == 0 || s == S - 1)) ? 0 : 1;
         maxBlocks[s] = L;
         if (limit < kInf) {
-          const auto [base, block] = memoryLine(st, s, zero, (total + R - 1) / R);
-          const double most = block > 0 ? std::floor((limit - base) / block) : (base <= limit ? L : -1.0);
-          maxBlocks[s] = static_cast<int>(std::clamp(most, -1.0, double(L)));
-          if (maxBlocks[s] < minBlocks[s]) noteExcess(tightest, base + minBlocks[s] * block, limit);
+          const auto [rest, opt] = memoryLines(st, s, (total + R - 1) / R);
+          // The most blocks k with a + k * b <= room, for each condition the mode sets.
+          auto most = [&](double a, double b, double room) {
+            return b > 0 ? std::floor((room - a) / b) : (a <= room ? double(L) : -1.0);
+          };
+          double k = 0;
+          switch (mode) {
+            case Zero::kOff: k = most(rest.base + opt.base, rest.perBlock + opt.perBlock, limit); break;
+            case Zero::kEven: k = most(rest.base + opt.base / R, rest.perBlock + opt.perBlock / R, limit); break;
+            case Zero::kByMemory:  // every rank holds the rest; together they hold the optimizer state once
+              k = std::min(most(rest.base, rest.perBlock, limit),
+                           most(R * rest.base + opt.base, R * rest.perBlock + opt.perBlock, sum));
+              break;
+          }
+          maxBlocks[s] = static_cast<int>(std::clamp(k, -1.0, double(L)));
+          if (maxBlocks[s] < minBlocks[s]) {
+            const double ownShare = mode == Zero::kOff ? 1.0 : 1.0 / R;
+            noteExcess(tightest, rest.at(minBlocks[s]) + ownShare * opt.at(minBlocks[s]), limit);
+          }
         }
         if (maxBlocks[s] < minBlocks[s]) return false;
         capacity += maxBlocks[s];
       }
       return capacity >= L;
     };
-    bool zero1 = options_.zero == 1 && R > 1;
-    if (!fits(zero1)) {
-      if (zero1 || !(options_.zero != 0 && R > 1 && fits(true))) {
-        ++report_.memoryRefused;
-        return std::optional<Structure>{};
+    std::vector<Zero> modes;
+    if (options_.zero != 1 || R == 1) modes.push_back(Zero::kOff);
+    if (options_.zero != 0 && R > 1) modes.push_back(Zero::kEven);
+    if (options_.zero != 0 && R > 1 && limited()) modes.push_back(Zero::kByMemory);
+    bool fitted = false;
+    for (Zero mode : modes)
+      if (fits(mode)) {
+        fitted = true;
+        st.zero = mode;
+        break;
       }
-      zero1 = true;
+    if (!fitted) {
+      ++report_.memoryRefused;
+      return std::optional<Structure>{};
     }
-    st.zero1 = zero1;
     for (int s = 0; s < S; ++s)
       for (int r = 0; r < R; ++r) {
         perBlock[s] = std::max(perBlock[s], t[r][s].blockForwardS + t[r][s].blockBackwardS);
@@ -441,7 +484,7 @@ class Search {
         p.stages.push_back({st.layers[i], static_cast<int>(groups[st.at[0][i]].ranks.size())});
       const trainer::ParamLayout layout(model(), trainer::shardOf(p, {0, s, 0}), options_.bucketBytes, R);
       const double floats = double(layout.totalFloats());
-      optimizer = std::max(optimizer, (st.zero1 ? floats / R : floats) * 28 / options_.optimizerBytesPerS);
+      optimizer = std::max(optimizer, (st.zero != Zero::kOff ? floats / R : floats) * 28 / options_.optimizerBytesPerS);
       if (R < 2) continue;
       std::vector<int> dp;
       for (int r = 0; r < R; ++r) dp.push_back(groups[st.at[r][s]].ranks[0]);
@@ -495,10 +538,11 @@ class Search {
     return m;
   }
 
-  std::vector<bool> zeroChoices(const Structure& st) const {
-    if (st.zero1) return {true};  // only ZeRO-1 fits, or asked for
-    if (options_.zero == -1 && st.R > 1) return {false, true};
-    return {false};
+  // The ways to keep the optimizer state worth simulating: the estimate's, and ZeRO-1 too where plain data
+  // parallelism fits (it may be faster: each rank updates 1/R of the state).
+  std::vector<Zero> zeroChoices(const Structure& st) const {
+    if (st.zero == Zero::kOff && options_.zero == -1 && st.R > 1) return {Zero::kOff, Zero::kEven};
+    return {st.zero};
   }
 
   // The structure as a plan, simulated; empty when a rank's memory cannot hold it.
@@ -509,7 +553,7 @@ class Search {
     plan.dp = st.R;
     plan.microBatches = st.micro;
     plan.microBatch = st.microBatch;
-    plan.zero = st.zero1 ? 1 : 0;
+    plan.zero = st.zero == Zero::kOff ? 0 : 1;
     for (int s = 0; s < st.S; ++s)
       plan.stages.push_back({st.layers[s], static_cast<int>(groups[st.at[0][s]].ranks.size())});
     plan.ranks.assign(st.R, std::vector<std::vector<int>>(st.S));
@@ -519,11 +563,27 @@ class Search {
     trainer::Placement where{cluster_.host, cluster_.island};
     auto roles = trainer::assignRoles(plan, where, trainer::Assignment::kNicAware);
     if (!roles) return roles.error();
-    StepInputs in{cfg, plan, *roles, cluster_.speed, profile_, options_.bucketBytes, st.zero1,
+    StepInputs in{cfg, plan, *roles, cluster_.speed, profile_, options_.bucketBytes, st.zero != Zero::kOff,
                   options_.optimizerBytesPerS};
     ++report_.simulated;
     Candidate c{st, {}};
     c.plan.memory = rankMemory(in);
+    if (st.zero == Zero::kByMemory) {
+      // Where even shares would not fit, say so; then each rank's share of its group's optimizer state in
+      // proportion to the room the rest leaves it.
+      for (int r = 0; r < cluster_.nranks(); ++r)
+        if (c.plan.memory[r].total() > limitOf(r) && c.plan.memory[r].total() / limitOf(r) > c.evenShare)
+          c.evenShare = c.plan.memory[r].total() / limitOf(r), c.evenRank = r, c.evenNeed = c.plan.memory[r].total();
+      double plenty = 0;
+      for (const trainer::MemoryNeed& m : c.plan.memory) plenty = std::max(plenty, m.optimizer * plan.dp);
+      in.plan.zeroShares.resize(cluster_.nranks());
+      for (int r = 0; r < cluster_.nranks(); ++r) {
+        const double rest = c.plan.memory[r].total() - c.plan.memory[r].optimizer;
+        in.plan.zeroShares[r] = std::max(1e-6 * plenty, std::min(plenty, limitOf(r) - rest));
+      }
+      plan.zeroShares = in.plan.zeroShares;
+      c.plan.memory = rankMemory(in);
+    }
     for (int r = 0; r < cluster_.nranks(); ++r) {
       const double limit = limitOf(r);
       if (limit == kInf) continue;
@@ -534,13 +594,16 @@ class Search {
         return std::optional<Candidate>{};
       }
     }
-    auto cost = stepCost(in, time_);
-    if (!cost) return cost.error();
-    auto prediction = simulateStep(*cost);
+    in.where = where;
+    auto prediction = predictStep(in, time_);
     if (!prediction) return prediction.error();
     c.plan.plan = std::move(plan);
     c.plan.microBatch = st.microBatch;
-    c.plan.zero1 = st.zero1;
+    c.plan.zero1 = st.zero != Zero::kOff;
+    if (c.evenRank >= 0)
+      c.plan.memoryNote = "even ZeRO-1 shards would need " + trainer::bytesText(c.evenNeed) + " on rank " +
+                          std::to_string(c.evenRank) + " (limit " + trainer::bytesText(limitOf(c.evenRank)) +
+                          "); shards sized to each rank's free memory fit";
     c.plan.layout = st.layout;
     c.plan.prediction = std::move(*prediction);
     c.plan.tokensPerS = tokensPerStep() / c.plan.prediction.stepS;
@@ -688,7 +751,7 @@ std::string PlanCandidate::summary() const {
                 "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s: step %.2f ms, %.0f tok/s, "
                 "bubble %.1f%%",
                 plan.dp, plan.stages.size(), tp.c_str(), layout.c_str(), layers.c_str(), micro.c_str(), microBatch,
-                zero1 ? ", ZeRO-1" : "", prediction.stepS * 1e3, tokensPerS, prediction.bubble * 100);
+                zero1 ? (plan.zeroShares.empty() ? ", ZeRO-1" : ", ZeRO-1 by memory") : "", prediction.stepS * 1e3, tokensPerS, prediction.bubble * 100);
   return buf;
 }
 

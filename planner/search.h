@@ -14,7 +14,8 @@
 //   - micro-batch sizes, and micro-batches per replica, uneven (each to the replica it finishes soonest on);
 //   - layers per stage, uneven: a dynamic programme over stages (the fewest layers the slowest stage can have,
 //     within each rank's memory);
-//   - ZeRO-1 on or off.
+//   - ZeRO-1 off, on in even shares, or on in shares sized to each rank's free memory (Cephalo), where only
+//     that fits (plan.zeroShares).
 //
 // Every structure is first costed by an estimate (each replica's 1F1B on its slowest stage, plus the part of its
 // slowest data-parallel reduction no backward hides); the best `simulate` estimates are simulated in full, then
@@ -50,6 +51,7 @@ struct SearchOptions {
   int zero = -1;                 // ZeRO-1: -1 both (only ZeRO-1 where only it fits), 0 never, 1 always
   size_t bucketBytes = 1 << 20;  // the trainer's --bucket-mb
   double optimizerBytesPerS = 4e9;
+  int maxTp = 0, maxPp = 0;  // the largest TP degree and pipeline depth to consider; 0: any
   int top = 5;        // plans to report
   int simulate = 24;  // structures simulated in full, best estimates first
 };
@@ -63,6 +65,8 @@ struct PlanCandidate {
   double tokensPerS = 0;
   std::vector<trainer::MemoryNeed> memory;  // per global rank
   double peakMemoryShare = 0;               // the fullest rank's need over its limit (0 without limits)
+  // With ZeRO-1 shares sized to each rank's memory (plan.zeroShares): why even shares would not do.
+  std::string memoryNote;
   std::string summary() const;              // one line: shape, micro-batches, step, tokens/s, bubble
 };
 

@@ -1,7 +1,9 @@
 #include "planner/step_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 
@@ -23,9 +25,25 @@ trainer::Shard stageShard(const trainer::ParallelPlan& plan, int stage, int tpRa
   return trainer::shardOf(plan, trainer::Role{.replica = 0, .stage = stage, .tpRank = tpRank});
 }
 
+// How much each group's collectives are slowed by the others sharing its hosts' links (predictStep): by the
+// group's ranks as the step's costs ask about them.
+using Sharing = std::map<std::vector<int>, double>;
+
+// How long each group of the 1F1B part keeps its links busy in a step (TP groups by their ranks, transfers by
+// their sending and receiving groups' ranks together).
+using Usage = std::map<std::vector<int>, double>;
+
 class Builder {
  public:
-  Builder(const StepInputs& in, const CollectiveTime& time) : in_(in), time_(time) {}
+  Builder(const StepInputs& in, const CollectiveTime& time, const Sharing* sharing = nullptr, Usage* usage = nullptr)
+      : in_(in), time_(time), sharing_(sharing), usage_(usage) {
+    scaled_ = [this](hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) -> Result<double> {
+      auto t = time_(coll, count, ranks);
+      if (!t || !sharing_) return t;
+      auto it = sharing_->find(ranks);
+      return it == sharing_->end() ? *t : *t * it->second;
+    };
+  }
 
   Result<StepCost> build() {
     const trainer::ParallelPlan& plan = in_.plan;
@@ -76,7 +94,7 @@ class Builder {
 
   Result<double> time(hetcommCollective_t coll, size_t count, const std::vector<int>& ranks) const {
     if (ranks.size() < 2 && coll != hetcommCollSendRecv) return 0.0;
-    return time_(coll, count, ranks);
+    return scaled_(coll, count, ranks);
   }
 
   Result<StageCost> stageCost(int r, int s) {
@@ -86,7 +104,7 @@ class Builder {
     const int layers = plan.stages[s].layers;
     double speed = in_.rankSpeed[group[0]];
     for (int g : group) speed = std::min(speed, in_.rankSpeed[g]);
-    auto timing = stageTiming(in_.config, group, speed, in_.profile, time_);
+    auto timing = stageTiming(in_.config, group, speed, in_.profile, scaled_);
     if (!timing) return timing.error();
     const bool first = s == 0, last = s == S - 1;
     StageCost c;
@@ -94,13 +112,15 @@ class Builder {
     c.forwardS = timing->forwardS(layers, first, last);
     c.backwardS = timing->backwardS(layers, first, last);
     if (s + 1 < S) {
-      auto fwd = stageTransfer(in_.config, in_.roles.ranks[r][s], in_.roles.ranks[r][s + 1], time_);
+      auto fwd = stageTransfer(in_.config, in_.roles.ranks[r][s], in_.roles.ranks[r][s + 1], scaled_);
       if (!fwd) return fwd.error();
-      auto back = stageTransfer(in_.config, in_.roles.ranks[r][s + 1], in_.roles.ranks[r][s], time_);
+      auto back = stageTransfer(in_.config, in_.roles.ranks[r][s + 1], in_.roles.ranks[r][s], scaled_);
       if (!back) return back.error();
       c.transferS = *fwd;
       c.gradientTransferS = *back;
+      if (usage_) (*usage_)[boundary(r, s)] += (*fwd + *back) * plan.microBatches[r];
     }
+    if (usage_) (*usage_)[group] += timing->sumsS(layers, first, last) * plan.microBatches[r];
     backwardShares_[{r, s}] = groupShares(s, c.backwardS, *timing);
     return c;
   }
@@ -139,19 +159,15 @@ class Builder {
       double gather = 0;
       // Buckets are mostly of one size: each size asked once (reduce, gather).
       std::map<size_t, std::pair<double, double>> bySize;
+      std::vector<double> shares;  // uneven ZeRO-1 shares of the DP group, in replica order
+      if (in_.zero1 && !plan.zeroShares.empty())
+        for (int r = 0; r < R; ++r) shares.push_back(zeroShare(in_, dp[r]));
       for (const trainer::Bucket& b : layout.buckets()) {
         auto known = bySize.find(b.length);
         if (known == bySize.end()) {
-          const hetcommCollective_t coll = in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce;
-          auto reduce = time(coll, in_.zero1 ? b.length / R : b.length, dp);
-          if (!reduce) return reduce.error();
-          double g = 0;
-          if (in_.zero1) {
-            auto gathered = time(hetcommCollAllGather, b.length / R, dp);
-            if (!gathered) return gathered.error();
-            g = *gathered;
-          }
-          known = bySize.emplace(b.length, std::make_pair(*reduce, g)).first;
+          auto cost = shares.empty() ? bucketCost(b.length, dp) : unevenBucketCost(b.length, dp, shares);
+          if (!cost) return cost.error();
+          known = bySize.emplace(b.length, *cost).first;
         }
         const double reduce = known->second.first;
         gather += known->second.second;
@@ -168,18 +184,136 @@ class Builder {
     return {};
   }
 
+  // A bucket's reduction and (ZeRO-1) gather: an all-reduce, or a reduce-scatter and an all-gather.
+  Result<std::pair<double, double>> bucketCost(size_t length, const std::vector<int>& dp) const {
+    const int R = static_cast<int>(dp.size());
+    auto reduce = time(in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce, in_.zero1 ? length / R : length, dp);
+    if (!reduce) return reduce.error();
+    if (!in_.zero1) return std::make_pair(*reduce, 0.0);
+    auto gathered = time(hetcommCollAllGather, length / R, dp);
+    if (!gathered) return gathered.error();
+    return std::make_pair(*reduce, *gathered);
+  }
+
+  // Uneven ZeRO-1 shares (trainer/data_parallel.h): a reduce rooted at each rank of its slice, and a broadcast
+  // of it from there; slices cut as the trainer cuts them.
+  Result<std::pair<double, double>> unevenBucketCost(size_t length, const std::vector<int>& dp,
+                                                     const std::vector<double>& shares) const {
+    const int R = static_cast<int>(dp.size());
+    double reduce = 0, gather = 0, cum = 0;
+    size_t begin = 0;
+    for (int r = 0; r < R; ++r) {
+      cum += shares[r];
+      const size_t end = r + 1 == R ? length : static_cast<size_t>(std::llround(cum * double(length)));
+      if (end > begin) {
+        std::vector<int> rooted(dp.begin() + r, dp.end());  // the root first
+        rooted.insert(rooted.end(), dp.begin(), dp.begin() + r);
+        auto red = time(hetcommCollReduce, end - begin, rooted);
+        if (!red) return red.error();
+        auto bc = time(hetcommCollBroadcast, end - begin, rooted);
+        if (!bc) return bc.error();
+        reduce += *red, gather += *bc;
+      }
+      begin = end;
+    }
+    return std::make_pair(reduce, gather);
+  }
+
   static double total(const std::vector<Bucket>& b) {
     double t = 0;
     for (const Bucket& k : b) t += k.reduceS;
     return t;
   }
 
+  // The ranks on both sides of replica r's boundary s -> s + 1.
+  std::vector<int> boundary(int r, int s) const {
+    std::vector<int> both = in_.roles.ranks[r][s];
+    both.insert(both.end(), in_.roles.ranks[r][s + 1].begin(), in_.roles.ranks[r][s + 1].end());
+    return both;
+  }
+
   const StepInputs& in_;
   const CollectiveTime& time_;
+  const Sharing* sharing_;
+  Usage* usage_;
+  CollectiveTime scaled_;
   std::map<std::pair<int, int>, std::vector<double>> backwardShares_;  // (replica, stage) -> per group
 };
 
+// The links a group's traffic takes: (host, whether the group spans islands) for each host of a group that
+// spans hosts; none for a group inside one host.
+std::set<std::pair<int, bool>> linksOf(const std::vector<int>& ranks, const trainer::Placement& where) {
+  std::set<int> hosts, islands;
+  for (int r : ranks) hosts.insert(where.host[r]), islands.insert(where.island[r]);
+  std::set<std::pair<int, bool>> out;
+  if (hosts.size() < 2) return out;
+  for (int h : hosts) out.insert({h, islands.size() > 1});
+  return out;
+}
+
+// The reduction phase's sharing: every data-parallel group and tied-embedding sum reduces at the end of the step,
+// so a group gets 1 / (the most of them on any of its links).
+void shareReductions(const StepInputs& in, Sharing& sharing) {
+  const trainer::ParallelPlan& plan = in.plan;
+  const int R = plan.dp, S = static_cast<int>(plan.stages.size());
+  std::vector<std::vector<int>> groups;
+  for (int s = 0; s < S && R > 1; ++s)
+    for (int t = 0; t < plan.stages[s].tp; ++t) {
+      std::vector<int> dp;
+      for (int r = 0; r < R; ++r) dp.push_back(in.roles.ranks[r][s][t]);
+      groups.push_back(std::move(dp));
+    }
+  for (int r = 0; r < R && S >= 2; ++r) {
+    std::vector<int> tied = in.roles.ranks[r][0];
+    tied.insert(tied.end(), in.roles.ranks[r][S - 1].begin(), in.roles.ranks[r][S - 1].end());
+    groups.push_back(std::move(tied));
+  }
+  std::map<std::pair<int, bool>, int> users;
+  for (const auto& g : groups)
+    for (const auto& link : linksOf(g, in.where)) ++users[link];
+  for (const auto& g : groups) {
+    int most = 1;
+    for (const auto& link : linksOf(g, in.where)) most = std::max(most, users[link]);
+    if (most > 1) sharing[g] = most;
+  }
+}
+
+// The 1F1B part's sharing, from a simulation without it: each TP group or transfer is slowed by 1 + the sum over
+// the others on any of its links of the share of the 1F1B part they keep them busy.
+void sharePipeline(const StepInputs& in, const Usage& usage, double pipelineS, Sharing& sharing) {
+  if (pipelineS <= 0) return;
+  std::vector<std::pair<std::vector<int>, std::set<std::pair<int, bool>>>> users;
+  for (const auto& [ranks, busy] : usage) users.push_back({ranks, linksOf(ranks, in.where)});
+  for (size_t i = 0; i < users.size(); ++i) {
+    if (users[i].second.empty()) continue;
+    double slow = 1;
+    for (size_t j = 0; j < users.size(); ++j) {
+      if (i == j) continue;
+      const bool shares = std::any_of(users[j].second.begin(), users[j].second.end(),
+                                      [&](const auto& link) { return users[i].second.count(link) > 0; });
+      if (shares) slow += std::min(1.0, usage.at(users[j].first) / pipelineS);
+    }
+    if (slow > 1) {
+      sharing[users[i].first] = slow;
+      // A transfer's messages are asked about pair by pair: each pair of its two groups' ranks.
+      const std::vector<int>& r = users[i].first;
+      for (size_t a = 0; a < r.size(); ++a)
+        for (size_t b = 0; b < r.size(); ++b)
+          if (a != b && !sharing.count({r[a], r[b]})) sharing[{r[a], r[b]}] = slow;
+    }
+  }
+}
+
 }  // namespace
+
+double zeroShare(const StepInputs& in, int rank) {
+  const trainer::ParallelPlan& plan = in.plan;
+  if (plan.zeroShares.empty()) return 1.0 / plan.dp;
+  const trainer::Role& role = in.roles.of[rank];
+  double total = 0;
+  for (int d = 0; d < plan.dp; ++d) total += plan.zeroShares[in.roles.ranks[d][role.stage][role.tpRank]];
+  return plan.zeroShares[rank] / total;
+}
 
 Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::vector<int>& group, double speed,
                                 const ComputeProfile& profile, const CollectiveTime& time) {
@@ -207,6 +341,7 @@ Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::v
     if (!mx) return mx.error();
     if (!two) return two.error();
     t.lastForwardS += *mx + *two;
+    t.headSumsS = *mx + *two;
   }
   t.lastBackwardS = part.headBackwardS * share + *stream;
   return t;
@@ -241,23 +376,48 @@ CollectiveTime predictedBy(hetcommComm_t world) {
 
 Result<StepCost> stepCost(const StepInputs& in, const CollectiveTime& time) { return Builder(in, time).build(); }
 
+Result<StepPrediction> predictStep(const StepInputs& in, const CollectiveTime& time) {
+  if (in.where.host.empty()) {
+    auto cost = stepCost(in, time);
+    if (!cost) return cost.error();
+    return simulateStep(*cost);
+  }
+  if (static_cast<int>(in.where.host.size()) != in.plan.worldSize() || in.where.island.size() != in.where.host.size())
+    return bad("where", "has " + std::to_string(in.where.host.size()) + " hosts and " +
+                            std::to_string(in.where.island.size()) + " islands for " +
+                            std::to_string(in.plan.worldSize()) + " ranks");
+  Usage usage;
+  auto alone = Builder(in, time, nullptr, &usage).build();
+  if (!alone) return alone.error();
+  auto first = simulateStep(*alone);
+  if (!first) return first.error();
+  Sharing sharing;
+  shareReductions(in, sharing);
+  sharePipeline(in, usage, first->pipelineS, sharing);
+  auto shared = Builder(in, time, &sharing).build();
+  if (!shared) return shared.error();
+  return simulateStep(*shared);
+}
+
 std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in) {
   const trainer::ParallelPlan& plan = in.plan;
   const int S = static_cast<int>(plan.stages.size());
   std::vector<trainer::MemoryNeed> need(plan.worldSize());
-  // Every replica's rank of a (stage, TP rank) holds the same; only its micro-batches differ.
-  std::map<std::tuple<int, int, int>, trainer::MemoryNeed> known;
+  // Every replica's rank of a (stage, TP rank) holds the same; only its micro-batches and its share of the
+  // optimizer state differ.
+  std::map<std::tuple<int, int, int, double>, trainer::MemoryNeed> known;
   for (int g = 0; g < plan.worldSize() && g < static_cast<int>(in.roles.of.size()); ++g) {
     const trainer::Role& role = in.roles.of[g];
     const int micro = plan.microBatches[role.replica];
-    const auto key = std::make_tuple(role.stage, role.tpRank, micro);
+    const double share = in.zero1 ? zeroShare(in, g) : 1.0;
+    const auto key = std::make_tuple(role.stage, role.tpRank, micro, share);
     if (auto it = known.find(key); it != known.end()) {
       need[g] = it->second;
       continue;
     }
     const trainer::Shard shard = trainer::shardOf(plan, role);
     const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, plan.dp);
-    const size_t owned = in.zero1 ? layout.totalFloats() / plan.dp : layout.totalFloats();
+    const size_t owned = static_cast<size_t>(std::llround(double(layout.totalFloats()) * share));
     need[g] = known[key] = trainer::memoryNeed(in.config, shard, layout, owned, micro, role.stage, S);
   }
   return need;

@@ -50,6 +50,8 @@ struct StepInputs {
   bool zero1 = false;
   // What AdamW streams per second on one rank (bytes of parameters, gradients and moments read and written).
   double optimizerBytesPerS = 4e9;
+  // Every rank's host and island, for the links' sharing (predictStep); empty: every group alone on its links.
+  trainer::Placement where{};
 };
 
 // A stage's compute and tensor-parallel sums per micro-batch on one TP group (global ranks, TP order), its devices
@@ -60,6 +62,11 @@ struct StageTiming {
   double firstForwardS = 0, firstBackwardS = 0;
   double lastForwardS = 0, lastBackwardS = 0;
   double streamSumS = 0;  // one TP all-reduce of the residual stream (0 at TP degree 1)
+  double headSumsS = 0;   // the vocabulary-parallel softmax's max and sums (0 at TP degree 1)
+  // The TP all-reduces of a micro-batch's forward and backward through the stage.
+  double sumsS(int layers, bool first, bool last) const {
+    return (first ? streamSumS : 0) + 4.0 * layers * streamSumS + (last ? headSumsS + streamSumS : 0);
+  }
   double forwardS(int layers, bool first, bool last) const {
     return (first ? firstForwardS : 0) + layers * blockForwardS + (last ? lastForwardS : 0);
   }
@@ -74,6 +81,20 @@ trainer::Result<StageTiming> stageTiming(const trainer::TrainConfig& config, con
 // receiver j takes 1/|to| of it from sender j mod |from| (the slowest pair counts), then the receivers all-gather.
 trainer::Result<double> stageTransfer(const trainer::TrainConfig& config, const std::vector<int>& from,
                                       const std::vector<int>& to, const CollectiveTime& time);
+
+// The step's prediction with the links' sharing: groups whose traffic leaves a host over the same kind of link
+// (inside an island, or across islands) at the same time share that host's NIC.
+//   - data-parallel groups (and the tied-embedding sums) reduce at once at the end of the step: each takes
+//     1 / (the most such groups on any host it spans) of its links;
+//   - tensor-parallel groups and pipeline transfers run through the 1F1B part whenever their stages compute:
+//     each is slowed by the share of the step the others on its hosts keep the link busy (from a first
+//     simulation without sharing).
+// Without in.where, stepCost and simulateStep as they are.
+trainer::Result<StepPrediction> predictStep(const StepInputs& in, const CollectiveTime& time);
+
+// A rank's share of its data-parallel group's optimizer state under ZeRO-1: 1/dp, or its plan.zeroShares entry
+// over its group's (the ranks of its stage and TP rank in every replica).
+double zeroShare(const StepInputs& in, int rank);
 
 // Each global rank's memory while training under the plan, by the trainer's own accounting (trainer/memory.h).
 // in.roles and in.plan as for stepCost; rankSpeed and the profile are not read.

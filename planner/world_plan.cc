@@ -1,5 +1,6 @@
 #include "planner/world_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "trainer/devices.h"
@@ -16,6 +17,35 @@ trainer::Result<SearchReport> planWorld(hetcommComm_t comm, const trainer::Train
   cluster.speed = request.speeds.empty() ? std::vector<double>(cluster.host.size(), 1.0) : request.speeds;
   cluster.memoryBytes = request.memoryLimits;
   return searchPlans(config, cluster, request.profile, predictedBy(comm), request.options);
+}
+
+trainer::Result<PlanCandidate> predictPlan(hetcommComm_t comm, const trainer::TrainConfig& config,
+                                           trainer::ParallelPlan plan, const PlanRequest& request) {
+  auto where = trainer::placementOf(comm);
+  if (!where) return where.error();
+  const int world = static_cast<int>(where->host.size());
+  trainer::TrainConfig cfg = config;
+  if (plan.microBatch > 0) cfg.microBatch = plan.microBatch;
+  if (auto ok = trainer::validatePlan(plan, cfg, world, "plan"); !ok) return ok.error();
+  auto roles = trainer::assignRoles(plan, *where, trainer::Assignment::kNicAware);
+  if (!roles) return roles.error();
+  StepInputs in{cfg, plan, *roles, request.speeds.empty() ? std::vector<double>(world, 1.0) : request.speeds,
+                request.profile, request.options.bucketBytes, plan.zero == 1, request.options.optimizerBytesPerS,
+                *where};
+  auto p = predictStep(in, predictedBy(comm));
+  if (!p) return p.error();
+  PlanCandidate c;
+  c.memory = rankMemory(in);
+  for (int r = 0; r < world && r < static_cast<int>(request.memoryLimits.size()); ++r)
+    if (request.memoryLimits[r] > 0)
+      c.peakMemoryShare = std::max(c.peakMemoryShare, c.memory[r].total() / request.memoryLimits[r]);
+  c.plan = std::move(plan);
+  c.microBatch = cfg.microBatch;
+  c.zero1 = c.plan.zero == 1;
+  c.layout = "given";
+  c.prediction = *p;
+  c.tokensPerS = double(cfg.globalBatch) * cfg.model.seqLen / p->stepS;
+  return c;
 }
 
 std::string formatReport(const SearchReport& report, const PlanRequest& request) {
@@ -38,6 +68,7 @@ std::string formatReport(const SearchReport& report, const PlanRequest& request)
       out += line;
     }
     out += "\n";
+    if (!p.memoryNote.empty()) out += "     memory: " + p.memoryNote + "\n";
   }
   std::snprintf(line, sizeof line,
                 "planner: HetHub bound %.0f tok/s (each device type alone, summed; memory not counted)\n",

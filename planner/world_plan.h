@@ -28,6 +28,11 @@ struct PlanRequest {
 trainer::Result<SearchReport> planWorld(hetcommComm_t comm, const trainer::TrainConfig& config,
                                         const PlanRequest& request);
 
+// The prediction of one plan (validated against config here; roles as the trainer assigns them, NIC-aware unless
+// the plan lists its ranks), with the links' sharing.
+trainer::Result<PlanCandidate> predictPlan(hetcommComm_t comm, const trainer::TrainConfig& config,
+                                           trainer::ParallelPlan plan, const PlanRequest& request);
+
 // The report for people: the best plans with their predicted step, tokens/s, bubble and fullest rank's memory,
 // the HetHub bound and each plan's share of it, and what the search looked at.
 std::string formatReport(const SearchReport& report, const PlanRequest& request);

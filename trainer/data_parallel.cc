@@ -1,5 +1,6 @@
 #include "trainer/data_parallel.h"
 
+#include <cmath>
 #include <cstring>
 
 namespace hetcomm::trainer {
@@ -16,16 +17,31 @@ Error commError(const char* call, hetcommResult_t r, hetcommComm_t comm) {
     if (r_ != hetcommSuccess) return commError(#call, r_, comm_); \
   } while (0)
 
-DataParallel::DataParallel(hetcommComm_t comm, const ParamLayout& layout, bool zero1)
+DataParallel::DataParallel(hetcommComm_t comm, const ParamLayout& layout, bool zero1, std::vector<double> shares)
     : comm_(comm), layout_(layout), zero1_(zero1) {
   hetcommCommUserRank(comm, &rank_);
   hetcommCommCount(comm, &size_);
   hetcommStreamCreate(&stream_);
   started_.assign(layout.buckets().size(), 0);
+  if (zero1_ && static_cast<int>(shares.size()) == size_)
+    for (double x : shares) even_ = even_ && x == shares[0];
+  // Cumulative shares: rank r's slice of a bucket of n floats is [n * c_r, n * c_(r+1)), rounded.
+  std::vector<double> cum(size_ + 1, 0.0);
+  if (!even_) {
+    double total = 0;
+    for (double x : shares) total += x;
+    for (int r = 0; r < size_; ++r) cum[r + 1] = cum[r] + shares[r] / total;
+    cum[size_] = 1.0;
+  }
   for (const Bucket& b : layout.buckets()) {
-    if (zero1_) {
+    if (zero1_ && even_) {
       const size_t slice = b.length / size_;
       owned_.push_back({b.offset + rank_ * slice, slice});
+    } else if (zero1_) {
+      std::vector<size_t> cut(size_ + 1);
+      for (int r = 0; r <= size_; ++r) cut[r] = static_cast<size_t>(std::llround(cum[r] * double(b.length)));
+      owned_.push_back({b.offset + cut[rank_], cut[rank_ + 1] - cut[rank_]});
+      cut_.push_back(std::move(cut));
     } else {
       owned_.push_back({b.offset, b.length});
     }
@@ -43,9 +59,15 @@ Result<void> DataParallel::startBucket(size_t b, float* grads) {
   if (size_ == 1) return {};
   const Bucket& bucket = layout_.buckets()[b];
   float* base = grads + bucket.offset;
-  if (zero1_) {
+  if (zero1_ && even_) {
     const size_t slice = bucket.length / size_;
     TRY_COMM(hetcommReduceScatter(base, base + rank_ * slice, slice, hetcommFloat32, hetcommSum, comm_, stream_));
+  } else if (zero1_) {
+    const std::vector<size_t>& cut = cut_[b];
+    for (int r = 0; r < size_; ++r)
+      if (cut[r + 1] > cut[r])
+        TRY_COMM(hetcommReduce(base + cut[r], base + cut[r], cut[r + 1] - cut[r], hetcommFloat32, hetcommSum, r, comm_,
+                               stream_));
   } else {
     TRY_COMM(hetcommAllReduce(base, base, bucket.length, hetcommFloat32, hetcommSum, comm_, stream_));
   }
@@ -67,8 +89,21 @@ Result<void> DataParallel::finishGradients(float* grads) {
   return {};
 }
 
+Result<void> DataParallel::broadcastSlices(float* buffer) {
+  for (size_t b = 0; b < layout_.buckets().size(); ++b) {
+    const std::vector<size_t>& cut = cut_[b];
+    float* base = buffer + layout_.buckets()[b].offset;
+    for (int r = 0; r < size_; ++r)
+      if (cut[r + 1] > cut[r])
+        TRY_COMM(hetcommBroadcast(base + cut[r], base + cut[r], cut[r + 1] - cut[r], hetcommFloat32, r, comm_, stream_));
+  }
+  TRY_COMM(hetcommStreamSynchronize(stream_));
+  return {};
+}
+
 Result<void> DataParallel::gatherParams(float* params) {
   if (!zero1_ || size_ == 1) return {};
+  if (!even_) return broadcastSlices(params);
   for (const Bucket& bucket : layout_.buckets()) {
     const size_t slice = bucket.length / size_;
     float* base = params + bucket.offset;
@@ -85,7 +120,9 @@ Result<std::vector<float>> DataParallel::gatherOwned(const std::vector<float>& s
     std::memcpy(whole.data() + owned_[b].first, shard.data() + at, owned_[b].second * sizeof(float));
     at += owned_[b].second;
   }
-  if (zero1_ && size_ > 1) {
+  if (zero1_ && size_ > 1 && !even_) {
+    if (auto ok = broadcastSlices(whole.data()); !ok) return ok.error();
+  } else if (zero1_ && size_ > 1) {
     for (const Bucket& bucket : layout_.buckets()) {
       const size_t slice = bucket.length / size_;
       float* base = whole.data() + bucket.offset;

@@ -5,6 +5,11 @@
 // parameter. ZeRO-1 (--zero 1): each bucket is reduce-scattered instead, rank r keeping the r-th slice of every
 // bucket; it keeps optimizer state for its slices only, updates them, and an allgather per bucket gives every rank
 // the new parameters. Same arithmetic, 1/D of the optimizer memory, the same bytes on the wire.
+//
+// ZeRO-1 with uneven shares (Cephalo: optimizer state sized to each rank's memory, not its compute): rank r keeps
+// the share s_r of every bucket. Its slice's sum reaches it by a reduce rooted at it, and the updated slice goes
+// out by a broadcast from it: one reduce and one broadcast per rank and bucket, the same bytes as the even
+// reduce-scatter and all-gather.
 #pragma once
 
 #include <hetcomm/hetcomm.h>
@@ -23,8 +28,10 @@ Error commError(const char* call, hetcommResult_t r, hetcommComm_t comm);
 
 class DataParallel {
  public:
-  // comm: the data-parallel communicator (not owned); it must outlive this object.
-  DataParallel(hetcommComm_t comm, const ParamLayout& layout, bool zero1);
+  // comm: the data-parallel communicator (not owned); it must outlive this object. shares: with zero1, each DP
+  // rank's share of the optimizer state, in DP rank order (positive; normalised here; the same on every rank);
+  // empty or all equal: even slices.
+  DataParallel(hetcommComm_t comm, const ParamLayout& layout, bool zero1, std::vector<double> shares = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
@@ -32,6 +39,7 @@ class DataParallel {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool zero1() const { return zero1_; }
+  bool evenShares() const { return even_; }
   hetcommComm_t comm() const { return comm_; }
 
   // The ranges of the flat buffer this rank updates: its slice of every bucket under ZeRO-1, every bucket
@@ -56,6 +64,8 @@ class DataParallel {
 
  private:
   Result<void> startBucket(size_t b, float* grads);
+  // Uneven shares: every rank's slice of every bucket, in place at its owner (gatherParams, gatherOwned).
+  Result<void> broadcastSlices(float* buffer);
 
   hetcommComm_t comm_;
   const ParamLayout& layout_;
@@ -65,6 +75,9 @@ class DataParallel {
   std::vector<char> started_;
   std::vector<std::pair<size_t, size_t>> owned_;
   size_t ownedFloats_ = 0;
+  bool even_ = true;
+  // Uneven shares: per bucket, rank r's slice [cut[b][r], cut[b][r + 1]) relative to the bucket's offset.
+  std::vector<std::vector<size_t>> cut_;
 };
 
 }  // namespace hetcomm::trainer

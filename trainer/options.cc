@@ -44,6 +44,10 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
   app.add_flag("--predict", o.predict,
                "print the planner's prediction for the plan at start, and against the measured step at the end (with "
                "--plan auto always)");
+  app.add_option("--plan-max-tp", o.planMaxTp, "--plan auto: the largest tensor-parallel degree (0: any)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--plan-max-pp", o.planMaxPp, "--plan auto: the most pipeline stages (0: any)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--plan-top", o.planTop, "--plan auto: the best plans to show")->check(CLI::PositiveNumber);
   app.add_option("--tp", o.tp, "tensor-parallel degree of every stage (without --plan)")->check(CLI::PositiveNumber);
   app.add_option("--pp", o.pp, "pipeline stages, blocks split evenly (without --plan)")->check(CLI::PositiveNumber);

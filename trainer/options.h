@@ -33,6 +33,7 @@ struct Options {
   double referenceGflops = 0;
   std::vector<uint64_t> memoryLimits;
   int planTop = 3;       // --plan auto: plans shown
+  int planMaxTp = 0, planMaxPp = 0;  // --plan auto: the largest TP degree and pipeline depth (0: any)
   bool predict = false;  // --predict: the planner's prediction for the plan, against the measured step
 };
 

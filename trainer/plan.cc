@@ -3,6 +3,8 @@
 // plan built in code (uniformPlan, tests) gets the same messages as one read from a file.
 #include "trainer/plan.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
@@ -104,7 +106,8 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
     return Error{.source = source, .detail = std::string("must be a JSON object, got ") + j.type_name()};
   Reader in(source);
   ParallelPlan plan;
-  if (!in.onlyKnownKeys(j, "", {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero"}))
+  if (!in.onlyKnownKeys(j, "", {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero",
+                                   "zero_shares"}))
     return in.error();
 
   if (auto it = j.find("data_parallel"); it != j.end()) in.integer(*it, "data_parallel", plan.dp);
@@ -112,6 +115,19 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
   if (auto it = j.find("micro_batch"); it != j.end()) {
     in.integer(*it, "micro_batch", plan.microBatch);
     if (!in.failed() && plan.microBatch < 1) in.fail("micro_batch", "must be positive, got " + str(plan.microBatch));
+  }
+  if (auto it = j.find("zero_shares"); it != j.end()) {
+    if (!it->is_array()) {
+      in.fail("zero_shares", "must be an array of positive numbers (one per rank), got " + describeJson(*it));
+    } else {
+      for (size_t i = 0; i < it->size() && !in.failed(); ++i) {
+        const json& v = (*it)[i];
+        if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+          in.fail(indexed("zero_shares", {i}), "must be a positive number, got " + describeJson(v));
+        else
+          plan.zeroShares.push_back(v.get<double>());
+      }
+    }
   }
   if (auto it = j.find("zero"); it != j.end()) {
     in.integer(*it, "zero", plan.zero);
@@ -332,6 +348,7 @@ json toJson(const ParallelPlan& plan) {
   if (!plan.ranks.empty()) j["ranks"] = plan.ranks;
   if (plan.microBatch > 0) j["micro_batch"] = plan.microBatch;
   if (plan.zero >= 0) j["zero"] = plan.zero;
+  if (!plan.zeroShares.empty()) j["zero_shares"] = plan.zeroShares;
   return j;
 }
 
@@ -463,6 +480,10 @@ Result<void> validatePlan(ParallelPlan& plan, const TrainConfig& config, int wor
                            " ranks, but the world has " + str(worldSize)};
   }
 
+  if (!plan.zeroShares.empty() && static_cast<int>(plan.zeroShares.size()) != plan.worldSize())
+    return keyError(source, "zero_shares",
+                    "has " + str(plan.zeroShares.size()) + " entries for the plan's " + str(plan.worldSize()) +
+                        " ranks (one share per rank)");
   if (plan.microBatch > 0 && plan.microBatch != config.microBatch)
     return keyError(source, "micro_batch",
                     "the plan runs micro-batches of " + str(plan.microBatch) + " sequences but the config's micro_batch "

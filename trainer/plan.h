@@ -18,12 +18,16 @@
 //                                                absent = assigned by assignRoles()
 //     "micro_batch": 2,                          optional: sequences per micro-batch; the run's config must
 //                                                agree (the trainer takes it over); absent = the config's
-//     "zero": 1 }                                optional: ZeRO-1 on (1) or off (0); absent = the command line's
+//     "zero": 1,                                 optional: ZeRO-1 on (1) or off (0); absent = the command line's
+//     "zero_shares": [2, 2, 1, 1, 2, 2, 1, 1] }  optional, with ZeRO-1: each global rank's share of its data-
+//                                                parallel group's optimizer state (positive; a group's shares are
+//                                                normalised among its ranks); absent = even (Cephalo: sized to
+//                                                each rank's memory)
 // The embedding lives on stage 0 and the final LayerNorm + LM head on the last stage, so with >= 2 stages the
 // first or last stage may hold 0 blocks; any other stage needs at least one.
 //
 // The C++ fields are the keys' camelCase twins (dp, microBatches, stages[i].layers, stages[i].tp, ranks,
-// microBatch, zero).
+// microBatch, zero, zeroShares).
 //
 // Not here: building communicators, running the pipeline schedule, the model's split into stage parameters.
 #pragma once
@@ -53,6 +57,7 @@ struct ParallelPlan {
   std::vector<std::vector<std::vector<int>>> ranks{};
   int microBatch = 0;  // sequences per micro-batch; 0 = the config's micro_batch
   int zero = -1;       // ZeRO-1: 1 on, 0 off, -1 = not said (the command line decides)
+  std::vector<double> zeroShares{};  // per global rank: its share of its DP group's optimizer state; empty = even
 
   int ranksPerReplica() const;    // sum of the stages' tp: the ranks one pipeline replica occupies
   int worldSize() const;          // dp * ranksPerReplica()
@@ -81,8 +86,8 @@ ParallelPlan uniformPlan(const TrainConfig& config, int tp, int pp, int dp);
 Result<void> validatePlanShape(const ParallelPlan& plan, const std::string& source = "plan");
 // All checks against the run: validatePlanShape, then the stages' layers sum to model.n_layer; each tp divides
 // n_head (heads split over TP ranks), d_model (and so 4*d_model, the MLP width) and vocab_size (the
-// vocab-parallel embedding / LM head); worldSize == plan.worldSize(); the plan's micro_batch, when given, is the
-// config's; the batch: with micro_batches given,
+// vocab-parallel embedding / LM head); worldSize == plan.worldSize(); zero_shares, when given, has one positive
+// entry per rank; the plan's micro_batch, when given, is the config's; the batch: with micro_batches given,
 // sum(micro_batches) * micro_batch == global_batch, and without, global_batch % (micro_batch * dp) == 0.
 // On success an empty plan.microBatches is filled with dp copies of global_batch / (micro_batch * dp), so every
 // later reader sees explicit counts; on error the plan is left as it was. `config` is assumed valid

@@ -268,6 +268,8 @@ void Training::State::planAutomatically() {
     request.memoryLimits = check(rank, memoryLimits(comm, o.memoryLimits, true, &memorySource));
     request.profile = *computeProfile;
     request.options.top = o.planTop;
+    request.options.maxTp = o.planMaxTp;
+    request.options.maxPp = o.planMaxPp;
     request.options.bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
     if (o.zero) request.options.zero = *o.zero;
     const auto t0 = Clock::now();
@@ -300,8 +302,8 @@ void Training::State::predict() {
                                                                               : Assignment::kNicAware));
   planner::StepInputs in{cfg, plan, roles, plannedSpeeds(), *computeProfile,
                          static_cast<size_t>(o.bucketMb * (1 << 20)), zero1};
-  auto cost = planner::stepCost(in, planner::predictedBy(comm));
-  auto p = cost ? planner::simulateStep(*cost) : Result<planner::StepPrediction>(cost.error());
+  in.where = at;
+  auto p = planner::predictStep(in, planner::predictedBy(comm));
   if (!p) die(rank, "--predict: " + p.error().message());
   predicted = StepBreakdown{p->stepS, p->pipelineS, p->bubble, p->stepS - p->pipelineS,
                             double(cfg.globalBatch) * cfg.model.seqLen / p->stepS};
@@ -337,7 +339,10 @@ void Training::State::loadData() {
 void Training::State::buildModel() {
   const size_t bucketBytes = static_cast<size_t>(o.bucketMb * (1 << 20));
   layout = std::make_unique<ParamLayout>(cfg.model, shardOf(plan, role), bucketBytes, plan.dp);
-  dp = std::make_unique<DataParallel>(groups->dp(), *layout, zero1);
+  std::vector<double> shares;  // this rank's DP group's (the same role in every replica), in replica order
+  if (!plan.zeroShares.empty())
+    for (int d = 0; d < plan.dp; ++d) shares.push_back(plan.zeroShares[table.ranks[d][role.stage][role.tpRank]]);
+  dp = std::make_unique<DataParallel>(groups->dp(), *layout, zero1, shares);
   const int slots = Pipeline::slotsFor(role.stage, S, accum);
   if (o.emulateCompute)
     model = std::make_unique<EmulatedStage>(cfg.model, layout->shard(), cfg.microBatch, slots, groups->tpGroup(),

@@ -33,6 +33,7 @@ matches micro31 2 "DP2, 3 and 1 micro-batches" --plan "$plans/dp2-uneven-micro.j
 matches tp21 3 "PP2 with TP degrees 2 and 1" --plan "$plans/pp-tp2-tp1.json"
 matches zero 4 "DP2xPP2 with ZeRO-1" --plan "$plans/dp2pp2-uneven-layers.json" --zero 1
 matches naive 4 "TP2xPP2, naive assignment" --tp 2 --pp 2 --assignment naive
+matches zshares 4 "DP2xPP2 with ZeRO-1 shares 3:1 (by memory)" --plan "$plans/dp2pp2-zero-shares.json"
 matches speeds 2 "PP2 with device speeds 1, 0.5" --pp 2 --device-speeds 1,0.5
 
 grep -q "rank  host  island  replica  stage  tp_rank" "$work/tp2pp2.log"; check "the role table is printed" $?
@@ -51,6 +52,9 @@ check "DP2xPP2 ZeRO-1 checkpoints" $?
 train ckzero-res 4 --plan "$plans/dp2pp2-uneven-layers.json" --zero 1 --resume "$work/ckzero/step5.safetensors"
 check "DP2xPP2 ZeRO-1 resumes" $?
 compare zero ckzero-res 0 6; check "DP2xPP2 ZeRO-1 resumed: its uninterrupted losses, exactly" $?
+train ckshares 4 --plan "$plans/dp2pp2-zero-shares.json" --checkpoint-dir "$work/ckshares" --checkpoint-every 5
+train ckshares-res 4 --plan "$plans/dp2pp2-zero-shares.json" --resume "$work/ckshares/step5.safetensors"
+compare zshares ckshares-res 0 6; check "ZeRO-1 with uneven shares resumed: its uninterrupted losses, exactly" $?
 train cross 4 --tp 2 --pp 2 --resume "$work/ckone/step5.safetensors"
 compare one cross 1e-4 6; check "the single process's checkpoint resumed under TP2xPP2 (1e-4)" $?
 train crossback 1 --resume "$work/cktp/step5.safetensors"

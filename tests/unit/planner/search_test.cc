@@ -155,6 +155,51 @@ TEST(Search, KeepsEveryRankWithinItsMemory) {
   for (const auto& p : tight.best) EXPECT_LE(p.peakMemoryShare, 1.0);
 }
 
+// Cephalo: data parallelism only, and one rank whose memory holds less than an even ZeRO-1 share of the optimizer
+// state, while the group as a whole has room for it. The plan shards it by each rank's room, and says why.
+TEST(Search, ShardsTheOptimizerStateByMemoryWhereEvenSharesDoNotFit) {
+  const trainer::TrainConfig cfg = config();
+  ClusterInfo c = cluster(2, 2, 1, 1);
+  FakeLinks links{c};
+  SearchOptions dpOnly;
+  dpOnly.maxTp = dpOnly.maxPp = 1;
+  dpOnly.microBatchSizes = {2};
+  dpOnly.zero = 0;
+  const SearchReport plain = searchPlans(cfg, c, profile(), links.time(), dpOnly).value();
+  ASSERT_EQ(plain.best[0].plan.dp, 4);
+  const trainer::MemoryNeed need = plain.best[0].memory[0];
+  const double rest = need.total() - need.optimizer, state = need.optimizer;  // the whole state on one rank
+  c.memoryBytes = {rest + 0.15 * state, rest + 0.5 * state, rest + 0.5 * state, rest + 0.5 * state};
+  dpOnly.zero = -1;
+  const SearchReport r = searchPlans(cfg, c, profile(), links.time(), dpOnly).value();
+  expectValid(r, cfg, c);
+  const PlanCandidate& best = r.best[0];
+  ASSERT_EQ(best.plan.zeroShares.size(), 4u);
+  EXPECT_TRUE(best.zero1);
+  EXPECT_LT(best.plan.zeroShares[0], best.plan.zeroShares[1]);
+  EXPECT_NE(best.memoryNote.find("even ZeRO-1 shards would need"), std::string::npos) << best.memoryNote;
+  EXPECT_NE(best.memoryNote.find("on rank 0"), std::string::npos) << best.memoryNote;
+  EXPECT_NE(best.summary().find("ZeRO-1 by memory"), std::string::npos) << best.summary();
+  // Without uneven shares (ZeRO-1 off) nothing fits.
+  dpOnly.zero = 0;
+  EXPECT_FALSE(searchPlans(cfg, c, profile(), links.time(), dpOnly).has_value());
+}
+
+TEST(Search, KeepsToTheDegreesAllowed) {
+  const trainer::TrainConfig cfg = config();
+  const ClusterInfo c = cluster(4, 2, 1, 0.5);
+  FakeLinks links{c};
+  SearchOptions o;
+  o.maxTp = 1;
+  o.maxPp = 2;
+  const SearchReport r = searchPlans(cfg, c, profile(), links.time(), o).value();
+  expectValid(r, cfg, c);
+  for (const PlanCandidate& p : r.best) {
+    EXPECT_LE(p.plan.stages.size(), 2u);
+    for (const auto& s : p.plan.stages) EXPECT_EQ(s.tp, 1);
+  }
+}
+
 TEST(Search, SaysWhenNothingFits) {
   const trainer::TrainConfig cfg = config();
   ClusterInfo c = cluster(2, 1, 1, 1);

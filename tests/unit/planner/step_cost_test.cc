@@ -142,6 +142,28 @@ TEST(StepCost, MemoryIsTheTrainersAccountingPerRank) {
   }
 }
 
+// The links' sharing: TP2 x DP2 on two hosts (naive roles: replica 0 on host 0, replica 1 on host 1) has two
+// data-parallel groups, one per TP rank, each spanning both hosts: at the end of the step they reduce at once
+// over the same two NICs, each at half its rate.
+TEST(StepCost, GroupsSharingAHostsLinksShareItsRate) {
+  StepInputs in = inputs(2, 1, 2);
+  in.config.model.nLayer = 2;
+  in.plan = trainer::uniformPlan(in.config, 2, 1, 2);
+  ASSERT_TRUE(trainer::validatePlan(in.plan, in.config, 4).has_value());
+  for (int r = 0; r < 4; ++r) in.where.host.push_back(r / 2), in.where.island.push_back(0);
+  in.roles = trainer::assignRoles(in.plan, in.where, trainer::Assignment::kNaive).value();
+  FakeLinks links;
+  const StepPrediction alone = simulateStep(stepCost(in, links.time()).value()).value();
+  const StepPrediction shared = predictStep(in, links.time()).value();
+  // The reduction phase (after the last backward) takes longer; the 1F1B part (TP sums inside a host) does not.
+  EXPECT_DOUBLE_EQ(shared.pipelineS, alone.pipelineS);
+  EXPECT_GT(shared.reductionsDoneS - shared.pipelineS, 1.5 * (alone.reductionsDoneS - alone.pipelineS));
+  EXPECT_GT(shared.stepS, alone.stepS);
+  // Without placement, predictStep is stepCost and simulateStep.
+  in.where = {};
+  EXPECT_DOUBLE_EQ(predictStep(in, links.time()).value().stepS, alone.stepS);
+}
+
 TEST(StepCost, BadInputsAndFailedPredictionsAreErrors) {
   StepInputs in = inputs(1, 2, 1);
   FakeLinks links;

@@ -263,6 +263,20 @@ TEST(Plan, MicroBatchSizeAndZeroRoundTrip) {
               {"must be positive, got 0"});
 }
 
+TEST(Plan, ZeroSharesRoundTripAndAreChecked) {
+  auto p = parsePlan(R"({"stages": [{"layers": 4}], "data_parallel": 2, "zero": 1, "zero_shares": [3, 1]})");
+  ASSERT_TRUE(p.has_value()) << p.error().message();
+  EXPECT_EQ(p->zeroShares, (std::vector<double>{3, 1}));
+  EXPECT_EQ(parsePlan(toJson(*p).dump()).value(), *p);
+  expectError(parsePlan(R"({"stages": [{"layers": 4}], "zero_shares": [1, 0]})"), "key 'zero_shares[1]'",
+              {"must be a positive number, got number 0"});
+  expectError(parsePlan(R"({"stages": [{"layers": 4}], "zero_shares": 2})"), "key 'zero_shares'",
+              {"must be an array of positive numbers"});
+  ParallelPlan three = *p;
+  three.zeroShares = {1, 1, 1};
+  expectError(validatePlan(three, smallConfig(), 2), "key 'zero_shares'", {"has 3 entries for the plan's 2 ranks"});
+}
+
 TEST(PlanValidate, MicroBatchSizeMustBeTheConfigs) {
   ParallelPlan p{.dp = 2, .stages = {{.layers = 4}}, .microBatch = 2};
   expectError(validatePlan(p, smallConfig(), 2), "key 'micro_batch'",
