@@ -666,8 +666,9 @@ hetcomm::Result<coll::Args> predictionArgs(hetcommCollective_t coll, size_t coun
   HC_TRY(checkType(datatype));
   const hetcommCollective_t last = sendRecv ? hetcommCollSendRecv : hetcommCollAlltoAll;
   if (coll < hetcommCollAllReduce || coll > last)
-    return hetcomm::invalidArgument("collective %d is not a hetcommCollective_t%s", static_cast<int>(coll),
-                                    coll == hetcommCollSendRecv ? " here (only hetcommCommPredict takes sendrecv)" : "");
+    return hetcomm::invalidArgument(
+        "collective %d is not a hetcommCollective_t%s", static_cast<int>(coll),
+        coll == hetcommCollSendRecv ? " here (only hetcommCommPredict takes sendrecv)" : "");
   coll::Args a;
   a.kind = static_cast<coll::CollKind>(coll);
   a.count = count;
@@ -697,8 +698,8 @@ hetcommResult_t hetcommCommGetAlgorithm(const hetcommComm_t comm, hetcommCollect
 }
 
 hetcommResult_t hetcommCommPredict(const hetcommComm_t comm, hetcommCollective_t coll, size_t count,
-                                   hetcommDataType_t datatype, const int* ranks, int nranks, char* name,
-                                   size_t nameLen, double* predictedUs) {
+                                   hetcommDataType_t datatype, const int* ranks, int nranks, char* name, size_t nameLen,
+                                   double* predictedUs) {
   return guard("hetcommCommPredict", [&]() -> Status {
     HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
     if (nranks < 1) return hetcomm::invalidArgument("nranks is %d; a group needs 1 rank at least", nranks);

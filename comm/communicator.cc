@@ -1,5 +1,4 @@
 #include "comm/communicator.h"
-#include "comm/transport_select.h"
 
 #include <unistd.h>
 
@@ -9,6 +8,7 @@
 
 #include "comm/engine.h"
 #include "comm/link_probe.h"
+#include "comm/transport_select.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
@@ -320,8 +320,8 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   conns_.resize(nranks_);
   // Every rank connects in the same order (shm, verbs, ucx, tcp), and a transport's connectAll only waits for
   // peers it serves, so no two ranks wait on each other crosswise.
-  for (transport::Kind kind : {transport::Kind::kShm, transport::Kind::kVerbs, transport::Kind::kUcx,
-                               transport::Kind::kTcp}) {
+  for (transport::Kind kind :
+       {transport::Kind::kShm, transport::Kind::kVerbs, transport::Kind::kUcx, transport::Kind::kTcp}) {
     const int k = static_cast<int>(kind);
     if (!served[k]) continue;
     HC_ASSIGN_OR_RETURN(auto c, ts[k]->connectAll(blobs[k], deadline));
@@ -392,8 +392,8 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   if (rank_ == 0)
     for (const LinkClassProbe& c : classes) {
       const topo::Link& nominal = links_->at(c.a, c.b);
-      HC_INFO(Init, "link probe (%s): %s: %.1f us, %.3f GB/s (nominal %.1f us, %.3f GB/s; pair %d-%d)",
-              source.c_str(), c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
+      HC_INFO(Init, "link probe (%s): %s: %.1f us, %.3f GB/s (nominal %.1f us, %.3f GB/s; pair %d-%d)", source.c_str(),
+              c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
     }
   HC_ASSIGN_OR_RETURN(memoryRates_, probeMemoryRates(ctx, *cluster_));
   return applyProbe(classes, *cluster_, kindOf, *links_);
@@ -596,8 +596,9 @@ uint32_t Communicator::nextP2pSeq(int peer, bool send) {
 
 Status Communicator::enqueue(std::shared_ptr<Op> op) {
   if (model_)
-    return invalidUsage("a model communicator (hetcommCommInitModel) only answers planning calls; it runs no "
-                        "operations");
+    return invalidUsage(
+        "a model communicator (hetcommCommInitModel) only answers planning calls; it runs no "
+        "operations");
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.ok()) return error_;
@@ -719,7 +720,8 @@ void Communicator::checkPrediction(const Op& op, double seconds) {
   }
   if (++contradictions_ < kStrikes) return;
   Status st = dropProbeCache(probeCacheFile_);
-  HC_INFO(Init, "%s took %.0f us against the %.0f us predicted from the link figures cached in %s, %d times in a row: "
+  HC_INFO(Init,
+          "%s took %.0f us against the %.0f us predicted from the link figures cached in %s, %d times in a row: "
           "%s; the next communicator init measures the links again",
           op.args.describe().c_str(), seconds * 1e6, op.predictedUs, probeCacheFile_.c_str(), kStrikes,
           st.ok() ? "dropped the cache" : std::string(st.message()).c_str());

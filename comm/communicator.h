@@ -88,7 +88,6 @@ class Communicator {
   // size is cheap. Errors: an empty list, a rank out of range or listed twice, sendrecv on fewer than 2 ranks.
   Result<coll::Selection> predictFor(const std::vector<int>& ranks, coll::Args args);
 
-
   // Where rank r runs: its host and island, numbered densely from 0 (after init).
   int hostOf(int r) const { return group_.hostOf(r); }
   int islandOf(int r) const { return group_.islandOf(r); }

@@ -2,9 +2,10 @@
 // step for a model on a cluster, prints the best with their predictions and the HetHub bound, and writes the best
 // as a plan file hetcomm-train reads (--plan FILE).
 //
-//   hetcomm-plan --config configs/gpt-bench.json --cluster clusters/mixed-4x2.json --device-speeds 1,1,1,1,.5,.5,.5,.5 -o plan.json
-//   hetcomm-plan --config MODEL.json --synthetic hosts=128,ranks=8,islands=16,types=H100:989:80G/A100:312:40G
-//   hetcomm-run -np 8 hetcomm-plan --config MODEL.json -o plan.json     (the live cluster, its probed links)
+//   hetcomm-plan --config configs/gpt-bench.json --cluster clusters/mixed-4x2.json --device-speeds 1,1,1,1,.5,.5,.5,.5
+//   -o plan.json hetcomm-plan --config MODEL.json --synthetic
+//   hosts=128,ranks=8,islands=16,types=H100:989:80G/A100:312:40G hetcomm-run -np 8 hetcomm-plan --config MODEL.json -o
+//   plan.json     (the live cluster, its probed links)
 //
 // The cluster: a cluster file (--cluster), a one-line description (--synthetic, synthetic.h), or the ranks of a
 // launcher with their probed link figures (every rank plans the same; rank 0 prints and writes). Device speeds:
@@ -80,15 +81,20 @@ int main(int argc, char** argv) {
   double referenceGflops = 0;
   int top = 5, simulate = 24, threads = 0;
   std::string zero = "auto";
-  std::optional<int> globalBatch, microBatch, nLayer;
+  std::optional<int> globalBatch, microBatch, nLayer, nHead, dModel, seqLen;
   double bucketMb = 1.0;
   hp::PlanRequest request;
-  CLI::App app{"hetcomm-plan: the automatic hybrid-parallel planner (DP x PP x TP, uneven stages and micro-batches, "
-               "NIC-aware placement, ZeRO-1)"};
+  CLI::App app{
+      "hetcomm-plan: the automatic hybrid-parallel planner (DP x PP x TP, uneven stages and micro-batches, "
+      "NIC-aware placement, ZeRO-1)"};
   app.add_option("--config", configPath, "the model and batch (hetcomm-train's JSON config)");
   app.add_option("--global-batch", globalBatch, "sequences per optimizer step (overrides the config)");
-  app.add_option("--micro-batch", microBatch, "the config's micro-batch size (the search also tries its half and double)");
+  app.add_option("--micro-batch", microBatch,
+                 "the config's micro-batch size (the search also tries its half and double)");
   app.add_option("--n-layer", nLayer, "transformer blocks (overrides the config)");
+  app.add_option("--n-head", nHead, "attention heads (overrides the config)");
+  app.add_option("--d-model", dModel, "channels (overrides the config)");
+  app.add_option("--seq-len", seqLen, "sequence length (overrides the config)");
   auto* cluster = app.add_option("--cluster", clusterPath, "a cluster file (clusters/*.json)");
   auto* synth = app.add_option("--synthetic", synthetic,
                                "a cluster in one line: hosts=N,ranks=R,types=NAME:TFLOPS:MEM/...,islands=HOSTS,"
@@ -114,7 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--top", top, "plans to print")->check(CLI::PositiveNumber);
   app.add_option("--simulate", simulate, "structures to simulate in full")->check(CLI::PositiveNumber);
   std::vector<std::string> evaluate;
-  app.add_option("--evaluate", evaluate, "predict these plan files instead of searching (one line each)");
+  app.add_option("--evaluate", evaluate,
+                 "predict these plan files instead of searching (one line each; --json: with each rank's memory)");
   app.add_option("-o,--output", out, "write the best plan here");
   app.add_option("--json", jsonOut, "write the report (every printed plan, the bound, the counts) as JSON here");
   CLI11_PARSE(app, argc, argv);
@@ -147,6 +154,9 @@ int main(int argc, char** argv) {
   if (globalBatch) cfg.globalBatch = *globalBatch;
   if (microBatch) cfg.microBatch = *microBatch;
   if (nLayer) cfg.model.nLayer = *nLayer;
+  if (nHead) cfg.model.nHead = *nHead;
+  if (dModel) cfg.model.dModel = *dModel;
+  if (seqLen) cfg.model.seqLen = *seqLen;
   check(ht::validate(cfg, 1, "config " + configPath + " with the command line"));
 
   // ---- devices, memory, compute ----
@@ -174,10 +184,18 @@ int main(int argc, char** argv) {
   }
 
   if (!evaluate.empty()) {
+    nlohmann::json plans = nlohmann::json::array();
     for (const std::string& path : evaluate) {
       hp::PlanCandidate c = check(hp::predictPlan(comm, cfg, check(ht::loadPlan(path)), request));
       if (lead) std::printf("%s: %s\n", path.c_str(), c.summary().c_str());
+      nlohmann::json j = candidateJson(c, 0);
+      j["path"] = path;
+      j["memory"] = nlohmann::json::array();
+      for (const ht::MemoryNeed& m : c.memory)
+        j["memory"].push_back({{"total", m.total()}, {"optimizer", m.optimizer}});
+      plans.push_back(std::move(j));
     }
+    if (lead && !jsonOut.empty()) std::ofstream(jsonOut) << nlohmann::json{{"plans", plans}}.dump(1) << "\n";
     if (launched() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
     hetcommCommDestroy(comm);
     return 0;

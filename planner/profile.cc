@@ -1,5 +1,7 @@
 #include "planner/profile.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "trainer/model.h"
 #include "trainer/param_layout.h"
@@ -75,8 +76,10 @@ PartTimes measureAt(const trainer::ModelConfig& model, int B) {
 }
 
 json toJson(const PartTimes& t) {
-  return {{"block_forward_s", t.blockForwardS}, {"block_backward_s", t.blockBackwardS},
-          {"head_forward_s", t.headForwardS}, {"head_backward_s", t.headBackwardS}};
+  return {{"block_forward_s", t.blockForwardS},
+          {"block_backward_s", t.blockBackwardS},
+          {"head_forward_s", t.headForwardS},
+          {"head_backward_s", t.headBackwardS}};
 }
 
 }  // namespace
@@ -132,13 +135,16 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
       return Error{.source = "profile", .field = "sizes", .detail = "micro-batch size " + std::to_string(s) + " < 1"};
   threads = std::max(1, threads);
   const std::string cpu = cpuModel();
-  const json key = {{"version", kProfileVersion}, {"model", trainer::toJson(model)}, {"sizes", sizes},
-                    {"threads", threads}, {"cpu", cpu}};
+  const json key = {{"version", kProfileVersion},
+                    {"model", trainer::toJson(model)},
+                    {"sizes", sizes},
+                    {"threads", threads},
+                    {"cpu", cpu}};
   char name[64];
   std::snprintf(name, sizeof name, "profile-%016zx.json", std::hash<std::string>{}(key.dump()));
   const std::string path = cacheDir.empty() ? "" : cacheDir + "/" + name;
-  const std::string source = "measured on " + cpu + ", " + std::to_string(threads) + " BLAS thread" +
-                             (threads > 1 ? "s" : "");
+  const std::string source =
+      "measured on " + cpu + ", " + std::to_string(threads) + " BLAS thread" + (threads > 1 ? "s" : "");
   if (!path.empty()) {
     std::ifstream in(path);
     if (in) {
@@ -147,10 +153,9 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
         if (doc.at("key") == key) {
           std::map<int, PartTimes> bySize;
           for (const json& e : doc.at("sizes"))
-            bySize[e.at("micro_batch").get<int>()] = {e.at("block_forward_s").get<double>(),
-                                                      e.at("block_backward_s").get<double>(),
-                                                      e.at("head_forward_s").get<double>(),
-                                                      e.at("head_backward_s").get<double>()};
+            bySize[e.at("micro_batch").get<int>()] = {
+                e.at("block_forward_s").get<double>(), e.at("block_backward_s").get<double>(),
+                e.at("head_forward_s").get<double>(), e.at("head_backward_s").get<double>()};
           if (cached) *cached = true;
           return ComputeProfile::fromMeasured(std::move(bySize), source + " (cached " + path + ")");
         }

@@ -60,8 +60,8 @@ class CachedTime {
 struct Group {
   std::vector<int> ranks;
   int host = 0, islandOrder = 0;
-  double rate = 0;        // its slowest device's speed
-  double memory = kInf;   // its smallest memory limit
+  double rate = 0;       // its slowest device's speed
+  double memory = kInf;  // its smallest memory limit
 };
 
 // How a plan keeps the optimizer state: whole on every rank, ZeRO-1 in even shares, or ZeRO-1 in shares sized to
@@ -74,7 +74,7 @@ struct Structure {
   int R = 1, S = 1, microBatch = 1;
   std::vector<std::vector<int>> at;  // [replica][stage] -> index into groups
   std::vector<int> layers, micro;
-  Zero zero = Zero::kOff;  // how the optimizer state is kept (the estimate's choice; the simulation may try more)
+  Zero zero = Zero::kOff;   // how the optimizer state is kept (the estimate's choice; the simulation may try more)
   double pipelineS = kInf;  // the estimate's 1F1B part: a lower bound of estimateS
   std::vector<double> lastBackwardS;  // per stage, replica 0's
   double estimateS = kInf;
@@ -93,7 +93,11 @@ class Search {
  public:
   Search(const trainer::TrainConfig& config, const ClusterInfo& cluster, const ComputeProfile& profile,
          const CollectiveTime& time, const SearchOptions& options)
-      : config_(config), cluster_(cluster), profile_(profile), cached_(time, cluster.host), time_(cached_.fn()),
+      : config_(config),
+        cluster_(cluster),
+        profile_(profile),
+        cached_(time, cluster.host),
+        time_(cached_.fn()),
         options_(options) {}
 
   Result<SearchReport> run() {
@@ -166,14 +170,13 @@ class Search {
     // Distinct plans only (a refinement may land on a plan already found).
     std::vector<std::string> seen;
     for (Candidate& c : done) {
-      const std::string key = trainer::toJson(c.plan.plan).dump() +
-                              std::to_string(c.plan.microBatch);
+      const std::string key = trainer::toJson(c.plan.plan).dump() + std::to_string(c.plan.microBatch);
       if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
       seen.push_back(key);
       report_.best.push_back(std::move(c.plan));
       if (static_cast<int>(report_.best.size()) >= options_.top) break;
     }
-    auto bound = hetHubBound();
+    auto bound = hetHubBound(*sizes);
     if (!bound) return bound.error();
     report_.boundTokensPerS = *bound;
     return report_;
@@ -196,11 +199,12 @@ class Search {
                                 std::to_string(cluster_.island.size()) + " islands, " +
                                 std::to_string(cluster_.speed.size()) + " speeds)");
     if (limited() && static_cast<int>(cluster_.memoryBytes.size()) != n)
-      return bad("cluster.memoryBytes", "has " + std::to_string(cluster_.memoryBytes.size()) + " entries for " +
-                                            std::to_string(n) + " ranks");
+      return bad("cluster.memoryBytes",
+                 "has " + std::to_string(cluster_.memoryBytes.size()) + " entries for " + std::to_string(n) + " ranks");
     for (int r = 0; r < n; ++r)
       if (!(cluster_.speed[r] > 0) || !std::isfinite(cluster_.speed[r]))
-        return bad("cluster.speed[" + std::to_string(r) + "]", "must be a positive speed, got " + num(cluster_.speed[r]));
+        return bad("cluster.speed[" + std::to_string(r) + "]",
+                   "must be a positive speed, got " + num(cluster_.speed[r]));
     if (options_.top < 1) return bad("top", "must be >= 1, got " + std::to_string(options_.top));
     return {};
   }
@@ -242,8 +246,7 @@ class Search {
     std::map<int, int> order;
     for (size_t i = 0; i < islands.size(); ++i) order[islands[i].second] = static_cast<int>(i);
     for (auto& [host, ranks] : byHost) {
-      std::stable_sort(ranks.begin(), ranks.end(),
-                       [&](int a, int b) { return cluster_.speed[a] > cluster_.speed[b]; });
+      std::stable_sort(ranks.begin(), ranks.end(), [&](int a, int b) { return cluster_.speed[a] > cluster_.speed[b]; });
       hosts_.push_back({host, order[cluster_.island[ranks[0]]], ranks});
     }
   }
@@ -354,8 +357,8 @@ class Search {
       if (st.S > 1) p.stages[s == st.S - 1 ? 0 : st.S - 1].layers = model().nLayer - k;
       const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
       const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
-      const trainer::MemoryNeed n = trainer::memoryNeed(configFor(st.microBatch), shard, layout,
-                                                        layout.totalFloats(), microBatches, s, st.S);
+      const trainer::MemoryNeed n =
+          trainer::memoryNeed(configFor(st.microBatch), shard, layout, layout.totalFloats(), microBatches, s, st.S);
       return std::make_pair(n.total() - n.optimizer, n.optimizer);
     };
     if (st.S == 1) {  // the only stage holds every block
@@ -391,7 +394,8 @@ class Search {
         double limit = kInf, sum = 0;
         int tightest = groups[st.at[0][s]].ranks[0];
         for (int r = 0; r < R; ++r) {
-          if (groups[st.at[r][s]].memory < limit) limit = groups[st.at[r][s]].memory, tightest = groups[st.at[r][s]].ranks[0];
+          if (groups[st.at[r][s]].memory < limit)
+            limit = groups[st.at[r][s]].memory, tightest = groups[st.at[r][s]].ranks[0];
           sum += groups[st.at[r][s]].memory;
         }
         minBlocks[s] = (S >= 2 && (s == 0 || s == S - 1)) ? 0 : 1;
@@ -404,8 +408,12 @@ class Search {
           };
           double k = 0;
           switch (mode) {
-            case Zero::kOff: k = most(rest.base + opt.base, rest.perBlock + opt.perBlock, limit); break;
-            case Zero::kEven: k = most(rest.base + opt.base / R, rest.perBlock + opt.perBlock / R, limit); break;
+            case Zero::kOff:
+              k = most(rest.base + opt.base, rest.perBlock + opt.perBlock, limit);
+              break;
+            case Zero::kEven:
+              k = most(rest.base + opt.base / R, rest.perBlock + opt.perBlock / R, limit);
+              break;
             case Zero::kByMemory:  // every rank holds the rest; together they hold the optimizer state once
               k = std::min(most(rest.base, rest.perBlock, limit),
                            most(R * rest.base + opt.base, R * rest.perBlock + opt.perBlock, sum));
@@ -440,7 +448,8 @@ class Search {
     for (int s = 0; s < S; ++s)
       for (int r = 0; r < R; ++r) {
         perBlock[s] = std::max(perBlock[s], t[r][s].blockForwardS + t[r][s].blockBackwardS);
-        extra[s] = std::max(extra[s], t[r][s].forwardS(0, s == 0, s == S - 1) + t[r][s].backwardS(0, s == 0, s == S - 1));
+        extra[s] =
+            std::max(extra[s], t[r][s].forwardS(0, s == 0, s == S - 1) + t[r][s].backwardS(0, s == 0, s == S - 1));
       }
     st.layers = splitLayers(perBlock, extra, minBlocks, maxBlocks);
     if (st.layers.empty()) {
@@ -451,13 +460,13 @@ class Search {
     std::vector<double> slowest(R, 0), sum(R, 0);
     for (int r = 0; r < R; ++r) {
       for (int s = 0; s < S; ++s) {
-        const double c = t[r][s].forwardS(st.layers[s], s == 0, s == S - 1) +
-                         t[r][s].backwardS(st.layers[s], s == 0, s == S - 1);
+        const double c =
+            t[r][s].forwardS(st.layers[s], s == 0, s == S - 1) + t[r][s].backwardS(st.layers[s], s == 0, s == S - 1);
         slowest[r] = std::max(slowest[r], c);
         sum[r] += c;
         if (s + 1 < S) {
-          auto there = stageTransfer(configFor(st.microBatch), groups[st.at[r][s]].ranks,
-                                     groups[st.at[r][s + 1]].ranks, time_);
+          auto there =
+              stageTransfer(configFor(st.microBatch), groups[st.at[r][s]].ranks, groups[st.at[r][s + 1]].ranks, time_);
           if (!there) return there.error();
           sum[r] += 2 * *there;
         }
@@ -563,7 +572,13 @@ class Search {
     trainer::Placement where{cluster_.host, cluster_.island};
     auto roles = trainer::assignRoles(plan, where, trainer::Assignment::kNicAware);
     if (!roles) return roles.error();
-    StepInputs in{cfg, plan, *roles, cluster_.speed, profile_, options_.bucketBytes, st.zero != Zero::kOff,
+    StepInputs in{cfg,
+                  plan,
+                  *roles,
+                  cluster_.speed,
+                  profile_,
+                  options_.bucketBytes,
+                  st.zero != Zero::kOff,
                   options_.optimizerBytesPerS};
     ++report_.simulated;
     Candidate c{st, {}};
@@ -611,8 +626,9 @@ class Search {
   }
 
   // Hill climbing from a simulated plan, on its bottlenecks: a block from the busiest stage (the most compute in
-  // the step, over the replicas) to either neighbour or to the least busy stage, and a micro-batch from the replica whose pipeline ends last
-  // to the one that ends first; the first move that shortens the simulated step is taken, until none does.
+  // the step, over the replicas) to either neighbour or to the least busy stage, and a micro-batch from the replica
+  // whose pipeline ends last to the one that ends first; the first move that shortens the simulated step is taken,
+  // until none does.
   Result<Candidate> improve(Candidate best) {
     for (int round = 0; round < 4 * model().nLayer + 16; ++round) {
       const Structure& st = best.st;
@@ -672,37 +688,43 @@ class Search {
     std::string detail = "no plan fits the ranks' memory";
     if (leastExcessRank_ >= 0)
       detail += ": the closest needs " + trainer::bytesText(leastExcessNeed_) + " on rank " +
-                std::to_string(leastExcessRank_) + ", whose limit is " +
-                trainer::bytesText(limitOf(leastExcessRank_)) + " (every TP, PP and DP degree and layout tried" +
-                (options_.zero != 0 ? ", with ZeRO-1 too)" : ")");
+                std::to_string(leastExcessRank_) + ", whose limit is " + trainer::bytesText(limitOf(leastExcessRank_)) +
+                " (every TP, PP and DP degree and layout tried" + (options_.zero != 0 ? ", with ZeRO-1 too)" : ")");
     return bad("memory", detail);
   }
 
   // Sum over device types of count x the tokens/s one such device reaches alone.
-  Result<double> hetHubBound() const {
+  // Each device alone at its best micro-batch size among those searched.
+  Result<double> hetHubBound(const std::vector<int>& sizes) const {
     std::map<double, int> types;
     for (double v : cluster_.speed) ++types[v];
     double bound = 0;
     for (auto [speed, count] : types) {
-      StepInputs in;
-      in.config = config_;
-      in.plan = trainer::uniformPlan(config_, 1, 1, 1);
-      if (auto ok = trainer::validatePlan(in.plan, config_, 1, "single-device plan"); !ok) return ok.error();
-      trainer::Placement one{{0}, {0}};
-      auto roles = trainer::assignRoles(in.plan, one, trainer::Assignment::kNaive);
-      if (!roles) return roles.error();
-      in.roles = *roles;
-      in.rankSpeed = {speed};
-      in.profile = profile_;
-      in.bucketBytes = options_.bucketBytes;
-      in.optimizerBytesPerS = options_.optimizerBytesPerS;
-      // One device alone: no group of two, so the library is never asked.
-      CollectiveTime none = [](hetcommCollective_t, size_t, const std::vector<int>&) -> Result<double> { return 0.0; };
-      auto cost = stepCost(in, none);
-      if (!cost) return cost.error();
-      auto p = simulateStep(*cost);
-      if (!p) return p.error();
-      bound += count * tokensPerStep() / p->stepS;
+      double best = 0;
+      for (int mb : sizes) {
+        StepInputs in;
+        in.config = configFor(mb);
+        in.plan = trainer::uniformPlan(in.config, 1, 1, 1);
+        if (auto ok = trainer::validatePlan(in.plan, in.config, 1, "single-device plan"); !ok) return ok.error();
+        trainer::Placement one{{0}, {0}};
+        auto roles = trainer::assignRoles(in.plan, one, trainer::Assignment::kNaive);
+        if (!roles) return roles.error();
+        in.roles = *roles;
+        in.rankSpeed = {speed};
+        in.profile = profile_;
+        in.bucketBytes = options_.bucketBytes;
+        in.optimizerBytesPerS = options_.optimizerBytesPerS;
+        // One device alone: no group of two, so the library is never asked.
+        CollectiveTime none = [](hetcommCollective_t, size_t, const std::vector<int>&) -> Result<double> {
+          return 0.0;
+        };
+        auto cost = stepCost(in, none);
+        if (!cost) return cost.error();
+        auto p = simulateStep(*cost);
+        if (!p) return p.error();
+        best = std::max(best, tokensPerStep() / p->stepS);
+      }
+      bound += count * best;
     }
     return bound;
   }
@@ -751,7 +773,8 @@ std::string PlanCandidate::summary() const {
                 "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s: step %.2f ms, %.0f tok/s, "
                 "bubble %.1f%%",
                 plan.dp, plan.stages.size(), tp.c_str(), layout.c_str(), layers.c_str(), micro.c_str(), microBatch,
-                zero1 ? (plan.zeroShares.empty() ? ", ZeRO-1" : ", ZeRO-1 by memory") : "", prediction.stepS * 1e3, tokensPerS, prediction.bubble * 100);
+                zero1 ? (plan.zeroShares.empty() ? ", ZeRO-1" : ", ZeRO-1 by memory") : "", prediction.stepS * 1e3,
+                tokensPerS, prediction.bubble * 100);
   return buf;
 }
 

@@ -52,8 +52,8 @@ struct SearchOptions {
   size_t bucketBytes = 1 << 20;  // the trainer's --bucket-mb
   double optimizerBytesPerS = 4e9;
   int maxTp = 0, maxPp = 0;  // the largest TP degree and pipeline depth to consider; 0: any
-  int top = 5;        // plans to report
-  int simulate = 24;  // structures simulated in full, best estimates first
+  int top = 5;               // plans to report
+  int simulate = 24;         // structures simulated in full, best estimates first
 };
 
 struct PlanCandidate {
@@ -67,7 +67,7 @@ struct PlanCandidate {
   double peakMemoryShare = 0;               // the fullest rank's need over its limit (0 without limits)
   // With ZeRO-1 shares sized to each rank's memory (plan.zeroShares): why even shares would not do.
   std::string memoryNote;
-  std::string summary() const;              // one line: shape, micro-batches, step, tokens/s, bubble
+  std::string summary() const;  // one line: shape, micro-batches, step, tokens/s, bubble
 };
 
 struct SearchReport {
@@ -76,7 +76,8 @@ struct SearchReport {
   int simulated = 0;                // full step simulations, refinement included
   int memoryRefused = 0;            // structures or plans refused because a rank's memory cannot hold them
   // HetHub's bound: the sum over device types (equal FLOP/s) of what the type's devices reach alone, each
-  // running the whole model by itself (one replica, no communication; memory not counted), in tokens/s.
+  // running the whole model by itself at its best micro-batch size (one replica, no communication; memory not
+  // counted), in tokens/s.
   // Device types are the ranks' speeds.
   double boundTokensPerS = 0;
 };

@@ -187,7 +187,8 @@ class Builder {
   // A bucket's reduction and (ZeRO-1) gather: an all-reduce, or a reduce-scatter and an all-gather.
   Result<std::pair<double, double>> bucketCost(size_t length, const std::vector<int>& dp) const {
     const int R = static_cast<int>(dp.size());
-    auto reduce = time(in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce, in_.zero1 ? length / R : length, dp);
+    auto reduce =
+        time(in_.zero1 ? hetcommCollReduceScatter : hetcommCollAllReduce, in_.zero1 ? length / R : length, dp);
     if (!reduce) return reduce.error();
     if (!in_.zero1) return std::make_pair(*reduce, 0.0);
     auto gathered = time(hetcommCollAllGather, length / R, dp);

@@ -46,7 +46,7 @@ struct StepInputs {
   trainer::RoleTable roles;       // from assignRoles
   std::vector<double> rankSpeed;  // per global rank: its device's speed relative to the profile's (1: as profiled)
   ComputeProfile profile = ComputeProfile::fromFlops(1e12);
-  size_t bucketBytes = 1 << 20;   // --bucket-mb
+  size_t bucketBytes = 1 << 20;  // --bucket-mb
   bool zero1 = false;
   // What AdamW streams per second on one rank (bytes of parameters, gradients and moments read and written).
   double optimizerBytesPerS = 4e9;
@@ -55,8 +55,9 @@ struct StepInputs {
 };
 
 // A stage's compute and tensor-parallel sums per micro-batch on one TP group (global ranks, TP order), its devices
-// at relative `speed` (the group's slowest) under `profile`: per block, and the extras of the first stage (the embedding) and of the
-// last (the final LayerNorm and head). A stage's forward is first? + layers x block + last?, its backward alike.
+// at relative `speed` (the group's slowest) under `profile`: per block, and the extras of the first stage (the
+// embedding) and of the last (the final LayerNorm and head). A stage's forward is first? + layers x block + last?, its
+// backward alike.
 struct StageTiming {
   double blockForwardS = 0, blockBackwardS = 0;
   double firstForwardS = 0, firstBackwardS = 0;

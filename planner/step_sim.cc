@@ -33,8 +33,8 @@ trainer::Result<void> check(const StepCost& c) {
     const std::string at = "replicas[" + std::to_string(r) + "]";
     if (rep.stages.empty()) return bad(at + ".stages", "no stage");
     if (rep.stages.size() != S)
-      return bad(at + ".stages", "has " + std::to_string(rep.stages.size()) + " stages, replicas[0] has " +
-                                     std::to_string(S));
+      return bad(at + ".stages",
+                 "has " + std::to_string(rep.stages.size()) + " stages, replicas[0] has " + std::to_string(S));
     if (rep.microBatches < 1) return bad(at + ".microBatches", "must be >= 1, got " + std::to_string(rep.microBatches));
     for (size_t s = 0; s < S; ++s) {
       const StageCost& st = rep.stages[s];
@@ -47,8 +47,8 @@ trainer::Result<void> check(const StepCost& c) {
     }
   }
   if (!c.buckets.empty() && c.buckets.size() != S)
-    return bad("buckets", "has " + std::to_string(c.buckets.size()) + " stages' lists for " + std::to_string(S) +
-                              " stages");
+    return bad("buckets",
+               "has " + std::to_string(c.buckets.size()) + " stages' lists for " + std::to_string(S) + " stages");
   for (size_t s = 0; s < c.buckets.size(); ++s)
     for (size_t b = 0; b < c.buckets[s].size(); ++b) {
       const Bucket& k = c.buckets[s][b];
@@ -58,8 +58,8 @@ trainer::Result<void> check(const StepCost& c) {
       if (auto ok = checkTime(here + ".reduceS", k.reduceS); !ok) return ok;
     }
   if (!c.optimizerS.empty() && c.optimizerS.size() != S)
-    return bad("optimizerS", "has " + std::to_string(c.optimizerS.size()) + " entries for " + std::to_string(S) +
-                                 " stages");
+    return bad("optimizerS",
+               "has " + std::to_string(c.optimizerS.size()) + " entries for " + std::to_string(S) + " stages");
   for (size_t s = 0; s < c.optimizerS.size(); ++s)
     if (auto ok = checkTime("optimizerS[" + std::to_string(s) + "]", c.optimizerS[s]); !ok) return ok;
   if (auto ok = checkTime("tiedSumS", c.tiedSumS); !ok) return ok;

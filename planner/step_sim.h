@@ -46,7 +46,7 @@ struct Bucket {
   // When its gradients are final: this share of the stage's last backward has run (0..1). Buckets are listed in
   // the order the backward finishes them (last layers first).
   double readyShare = 1;
-  double reduceS = 0;         // its reduction over the stage's replicas, alone on the link
+  double reduceS = 0;               // its reduction over the stage's replicas, alone on the link
   bool holdsTiedEmbedding = false;  // reduced only after the tied embedding's two copies are summed
 };
 

@@ -58,11 +58,20 @@ Result<double> bytes(const std::string& key, const std::string& text) {
   double scale = 1;
   std::string digits = text;
   switch (text.back()) {
-    case 'K': scale = 1024.0; break;
-    case 'M': scale = 1024.0 * 1024; break;
-    case 'G': scale = 1024.0 * 1024 * 1024; break;
-    case 'T': scale = 1024.0 * 1024 * 1024 * 1024; break;
-    default: break;
+    case 'K':
+      scale = 1024.0;
+      break;
+    case 'M':
+      scale = 1024.0 * 1024;
+      break;
+    case 'G':
+      scale = 1024.0 * 1024 * 1024;
+      break;
+    case 'T':
+      scale = 1024.0 * 1024 * 1024 * 1024;
+      break;
+    default:
+      break;
   }
   if (scale > 1) digits.pop_back();
   auto v = number(key, digits);
@@ -139,7 +148,9 @@ Result<std::string> syntheticClusterJson(const std::string& spec) {
     const Type& type = types[static_cast<size_t>(h * static_cast<long long>(types.size()) / *hosts)];
     json nics = json::array();
     nics.push_back({{"name", "slow0"}, {"kind", slow->kind}, {"rateMbps", slow->rateMbps}, {"fabric", "slow"}});
-    nics.push_back({{"name", "fast0"}, {"kind", f.kind}, {"rateMbps", f.rateMbps},
+    nics.push_back({{"name", "fast0"},
+                    {"kind", f.kind},
+                    {"rateMbps", f.rateMbps},
                     {"fabric", f.kind + "-island" + std::to_string(island)}});
     hostList.push_back({{"name", "h" + std::to_string(h)},
                         {"ranks", *ranks},

@@ -29,8 +29,14 @@ trainer::Result<PlanCandidate> predictPlan(hetcommComm_t comm, const trainer::Tr
   if (auto ok = trainer::validatePlan(plan, cfg, world, "plan"); !ok) return ok.error();
   auto roles = trainer::assignRoles(plan, *where, trainer::Assignment::kNicAware);
   if (!roles) return roles.error();
-  StepInputs in{cfg, plan, *roles, request.speeds.empty() ? std::vector<double>(world, 1.0) : request.speeds,
-                request.profile, request.options.bucketBytes, plan.zero == 1, request.options.optimizerBytesPerS,
+  StepInputs in{cfg,
+                plan,
+                *roles,
+                request.speeds.empty() ? std::vector<double>(world, 1.0) : request.speeds,
+                request.profile,
+                request.options.bucketBytes,
+                plan.zero == 1,
+                request.options.optimizerBytesPerS,
                 *where};
   auto p = predictStep(in, predictedBy(comm));
   if (!p) return p.error();

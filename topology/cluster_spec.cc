@@ -28,8 +28,8 @@ Result<ClusterSpec::NicSpec> nicFromJson(const json& v, const std::string& path)
     nic.kind = k.value_or(NicKind::kEth);
   }
   if (r.u64("rateMbps", nic.rateMbps, true) && (nic.rateMbps < 1 || nic.rateMbps > kMaxRateMbps))
-    r.fail("rateMbps", format("expected 1 to %llu, got %llu", (unsigned long long)kMaxRateMbps,
-                              (unsigned long long)nic.rateMbps));
+    r.fail("rateMbps",
+           format("expected 1 to %llu, got %llu", (unsigned long long)kMaxRateMbps, (unsigned long long)nic.rateMbps));
   r.str("fabric", nic.fabric, true);
   HC_TRY(r.finish());
   if (nic.name.empty()) return invalidArgument("%s.name: empty", path.c_str());
@@ -197,7 +197,8 @@ ClusterSpec randomClusterSpec(uint64_t seed, const RandomClusterLimits& lim) {
     const std::string fabric = format("%s%d", nicKindName(kind), f);
     for (int h : members) {
       const uint64_t rate = static_cast<uint64_t>(uniform(static_cast<int64_t>(lim.minRateMbps / 10),
-                                                          static_cast<int64_t>(lim.maxRateMbps / 10))) * 10;
+                                                          static_cast<int64_t>(lim.maxRateMbps / 10))) *
+                            10;
       spec.hosts[h].nics.push_back({format("n%d", f), kind, rate, fabric});
     }
   }

@@ -115,7 +115,6 @@ Result<GpuOverride> gpuOverrideFromJson(const json& v, const std::string& path) 
   return o;
 }
 
-
 bool HostOverride::matches(const NodeDescription& node) const {
   auto ok = [](const std::optional<std::string>& want, const std::string& have) {
     return !want || *want == "*" || *want == have;

@@ -7,13 +7,14 @@ namespace hetcomm::trainer {
 
 Error commError(const char* call, hetcommResult_t r, hetcommComm_t comm) {
   const char* last = hetcommGetLastError(comm);
-  return Error{.source = "hetcomm",
-               .detail = std::string(call) + ": " + hetcommGetErrorString(r) + (last && *last ? std::string(": ") + last : "")};
+  return Error{
+      .source = "hetcomm",
+      .detail = std::string(call) + ": " + hetcommGetErrorString(r) + (last && *last ? std::string(": ") + last : "")};
 }
 
-#define TRY_COMM(call)                                          \
-  do {                                                          \
-    hetcommResult_t r_ = (call);                                \
+#define TRY_COMM(call)                                            \
+  do {                                                            \
+    hetcommResult_t r_ = (call);                                  \
     if (r_ != hetcommSuccess) return commError(#call, r_, comm_); \
   } while (0)
 
@@ -95,7 +96,8 @@ Result<void> DataParallel::broadcastSlices(float* buffer) {
     float* base = buffer + layout_.buckets()[b].offset;
     for (int r = 0; r < size_; ++r)
       if (cut[r + 1] > cut[r])
-        TRY_COMM(hetcommBroadcast(base + cut[r], base + cut[r], cut[r + 1] - cut[r], hetcommFloat32, r, comm_, stream_));
+        TRY_COMM(
+            hetcommBroadcast(base + cut[r], base + cut[r], cut[r + 1] - cut[r], hetcommFloat32, r, comm_, stream_));
   }
   TRY_COMM(hetcommStreamSynchronize(stream_));
   return {};

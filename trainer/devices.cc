@@ -46,7 +46,8 @@ Result<DeviceSpeeds> deviceSpeeds(hetcommComm_t comm, const std::vector<std::str
     char* end = nullptr;
     const double v = std::strtod(t.c_str(), &end);
     if (t.empty() || *end != '\0')
-      return flagError("--device-speeds", "entry " + std::to_string(r) + " '" + t + "' is not a number (or give 'topo')");
+      return flagError("--device-speeds",
+                       "entry " + std::to_string(r) + " '" + t + "' is not a number (or give 'topo')");
     if (!(v > 0 && v <= 1))
       return flagError("--device-speeds",
                        "entry " + std::to_string(r) + " is " + t + "; a relative speed lies in (0, 1]");

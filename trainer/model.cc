@@ -27,7 +27,8 @@ class Normal {
       return spare_;
     }
     double u1, u2;
-    do u1 = uniform(); while (u1 <= 0);
+    do u1 = uniform();
+    while (u1 <= 0);
     u2 = uniform();
     const double r = std::sqrt(-2 * std::log(u1)), th = 2 * M_PI * u2;
     spare_ = r * std::sin(th);
@@ -60,11 +61,17 @@ struct Gpt::Dims {
   size_t B, T, BT, C, Cl, NHl, Vl;
   bool head;
   Dims(const ModelConfig& cfg, const Shard& shard, int maxBatch)
-      : B(maxBatch), T(cfg.seqLen), BT(B * T), C(cfg.dModel), Cl(C / shard.tp), NHl(cfg.nHead / shard.tp),
-        Vl(cfg.vocabSize / shard.tp), head(shard.head) {}
+      : B(maxBatch),
+        T(cfg.seqLen),
+        BT(B * T),
+        C(cfg.dModel),
+        Cl(C / shard.tp),
+        NHl(cfg.nHead / shard.tp),
+        Vl(cfg.vocabSize / shard.tp),
+        head(shard.head) {}
   std::array<size_t, 15> layer() const {
-    return {BT * C, BT, BT, BT * 3 * Cl, BT * Cl, B * NHl * T * T, BT * C, BT * C, BT * C, BT, BT, BT * 4 * Cl,
-            BT * 4 * Cl, BT * C, BT * C};
+    return {BT * C, BT, BT, BT * 3 * Cl, BT * Cl,     B * NHl * T * T, BT * C, BT * C,
+            BT * C, BT, BT, BT * 4 * Cl, BT * 4 * Cl, BT * C,          BT * C};
   }
   std::array<size_t, 6> slot() const {
     const size_t h = head ? 1 : 0;
@@ -76,7 +83,8 @@ struct Gpt::Dims {
 };
 
 namespace {
-template <class A> size_t sum(const A& a) {
+template <class A>
+size_t sum(const A& a) {
   size_t n = 0;
   for (size_t v : a) n += v;
   return n;
@@ -186,8 +194,10 @@ Result<void> Gpt::embed(Slot& s, const float* params, int B) {
   for (int i = 0; i < BT; ++i) {
     float* out = s.encoded.data() + size_t(i) * C;
     const int row = s.tokens[i] - vBegin_;
-    if (row >= 0 && row < Vl_) std::copy(wte + size_t(row) * C, wte + size_t(row + 1) * C, out);
-    else std::fill(out, out + C, 0.0f);
+    if (row >= 0 && row < Vl_)
+      std::copy(wte + size_t(row) * C, wte + size_t(row + 1) * C, out);
+    else
+      std::fill(out, out + C, 0.0f);
   }
   if (auto r = tp_->sum(s.encoded.data(), size_t(BT) * C); !r) return r;
   for (int i = 0; i < BT; ++i)
@@ -254,8 +264,8 @@ Result<double> Gpt::forwardStage(int slot, const float* params, const int32_t* t
     const int l = shard_.firstLayer + i;
     auto w = [&](int index) { return tensor(params, 1 + l, index); };
     nn::layernormForward(a.ln1.data(), a.ln1Mean.data(), a.ln1Rstd.data(), residual, w(kLn1W), w(kLn1B), BT, C);
-    nn::linearForward(a.qkv.data(), a.ln1.data(), w(kQkvW), w(kQkvB), BT, C, 3 * Cl);    // [BT, 3Cl]
-    nn::attentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl_);      // [BT, Cl]
+    nn::linearForward(a.qkv.data(), a.ln1.data(), w(kQkvW), w(kQkvB), BT, C, 3 * Cl);  // [BT, 3Cl]
+    nn::attentionForward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cl, NHl_);   // [BT, Cl]
     if (!tp_) {
       nn::linearForward(a.attnProj.data(), a.atty.data(), w(kAttnProjW), w(kAttnProjB), BT, C, C);
     } else {  // row-parallel: partial sums over this rank's heads
@@ -264,7 +274,7 @@ Result<double> Gpt::forwardStage(int slot, const float* params, const int32_t* t
     }
     nn::residualForward(a.res2.data(), residual, a.attnProj.data(), size_t(BT) * C);
     nn::layernormForward(a.ln2.data(), a.ln2Mean.data(), a.ln2Rstd.data(), a.res2.data(), w(kLn2W), w(kLn2B), BT, C);
-    nn::linearForward(a.fch.data(), a.ln2.data(), w(kFcW), w(kFcB), BT, C, 4 * Cl);       // [BT, 4Cl]
+    nn::linearForward(a.fch.data(), a.ln2.data(), w(kFcW), w(kFcB), BT, C, 4 * Cl);  // [BT, 4Cl]
     nn::geluForward(a.fchGelu.data(), a.fch.data(), size_t(BT) * 4 * Cl);
     if (!tp_) {
       nn::linearForward(a.fcProj.data(), a.fchGelu.data(), w(kFcProjW), w(kFcProjB), BT, 4 * C, C);
@@ -303,14 +313,14 @@ Result<void> Gpt::backwardStage(int slot, const float* params, float* grads, flo
         if (const int t = s.targets[i] - vBegin_; t >= 0 && t < Vl_) dlogits_[size_t(i) * Vl_ + t] -= lossScale;
     }
     zero(dlnf_, size_t(BT) * C);
-    nn::linearBackward(dlnf_.data(), headWeight(grads), nullptr, dlogits_.data(), s.lnf.data(), headWeight(params),
-                       BT, C, Vl_);
+    nn::linearBackward(dlnf_.data(), headWeight(grads), nullptr, dlogits_.data(), s.lnf.data(), headWeight(params), BT,
+                       C, Vl_);
     if (auto r = sumOverTp(dlnf_); !r) return r;
     // dresidual: the gradient of the residual stream, accumulated through every block (x + f(x) passes it on).
     zero(dresidual_, size_t(BT) * C);
     const float* lastResidual = shard_.layers ? s.layers.back().res3.data() : s.encoded.data();
-    nn::layernormBackward(dresidual_.data(), tensor(grads, last, 0), tensor(grads, last, 1), dlnf_.data(),
-                          lastResidual, tensor(params, last, 0), s.lnfMean.data(), s.lnfRstd.data(), BT, C);
+    nn::layernormBackward(dresidual_.data(), tensor(grads, last, 0), tensor(grads, last, 1), dlnf_.data(), lastResidual,
+                          tensor(params, last, 0), s.lnfMean.data(), s.lnfRstd.data(), BT, C);
     if (groupDone) groupDone(last);
   } else {
     std::copy(dout, dout + size_t(BT) * C, dresidual_.begin());
@@ -324,19 +334,19 @@ Result<void> Gpt::backwardStage(int slot, const float* params, float* grads, flo
     const float* input = i == 0 ? s.encoded.data() : s.layers[i - 1].res3.data();
     // MLP branch: res3 = res2 + proj(gelu(fc(ln_2(res2)))).
     zero(dfchGelu_, size_t(BT) * 4 * Cl);
-    nn::linearBackward(dfchGelu_.data(), g(kFcProjW), g(kFcProjB), dresidual_.data(), a.fchGelu.data(), w(kFcProjW),
-                       BT, 4 * Cl, C);
+    nn::linearBackward(dfchGelu_.data(), g(kFcProjW), g(kFcProjB), dresidual_.data(), a.fchGelu.data(), w(kFcProjW), BT,
+                       4 * Cl, C);
     zero(dfch_, size_t(BT) * 4 * Cl);
     nn::geluBackward(dfch_.data(), a.fch.data(), dfchGelu_.data(), size_t(BT) * 4 * Cl);
     zero(dln_, size_t(BT) * C);
     nn::linearBackward(dln_.data(), g(kFcW), g(kFcB), dfch_.data(), a.ln2.data(), w(kFcW), BT, C, 4 * Cl);
     if (auto r = sumOverTp(dln_); !r) return r;
-    nn::layernormBackward(dresidual_.data(), g(kLn2W), g(kLn2B), dln_.data(), a.res2.data(), w(kLn2W),
-                          a.ln2Mean.data(), a.ln2Rstd.data(), BT, C);
+    nn::layernormBackward(dresidual_.data(), g(kLn2W), g(kLn2B), dln_.data(), a.res2.data(), w(kLn2W), a.ln2Mean.data(),
+                          a.ln2Rstd.data(), BT, C);
     // Attention branch: res2 = input + proj(attn(ln_1(input))).
     zero(datty_, size_t(BT) * Cl);
-    nn::linearBackward(datty_.data(), g(kAttnProjW), g(kAttnProjB), dresidual_.data(), a.atty.data(), w(kAttnProjW),
-                       BT, Cl, C);
+    nn::linearBackward(datty_.data(), g(kAttnProjW), g(kAttnProjB), dresidual_.data(), a.atty.data(), w(kAttnProjW), BT,
+                       Cl, C);
     zero(dqkv_, size_t(BT) * 3 * Cl);
     nn::attentionBackward(dqkv_.data(), datt_.data(), datty_.data(), a.qkv.data(), a.att.data(), B, T, Cl, NHl_);
     zero(dln_, size_t(BT) * C);

@@ -119,16 +119,19 @@ class Gpt final : public StageModel {
     std::vector<float> lnf, lnfMean, lnfRstd, probs, losses;
   };
   // The buffers in the order Dims (model.cc) gives their sizes, of a Layer, a Slot or the Gpt, const or not.
-  template <class L> static auto layerFields(L& l) {
-    return std::array{&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty, &l.att, &l.attnProj, &l.res2, &l.ln2,
-                      &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3};
+  template <class L>
+  static auto layerFields(L& l) {
+    return std::array{&l.ln1, &l.ln1Mean, &l.ln1Rstd, &l.qkv, &l.atty,    &l.att,    &l.attnProj, &l.res2,
+                      &l.ln2, &l.ln2Mean, &l.ln2Rstd, &l.fch, &l.fchGelu, &l.fcProj, &l.res3};
   }
-  template <class S> static auto slotFields(S& s) {
+  template <class S>
+  static auto slotFields(S& s) {
     return std::array{&s.encoded, &s.lnf, &s.lnfMean, &s.lnfRstd, &s.probs, &s.losses};
   }
-  template <class G> static auto scratchFields(G& g) {
-    return std::array{&g.dresidual_, &g.dlnf_, &g.dlogits_, &g.dln_, &g.dqkv_, &g.datty_, &g.datt_, &g.dfch_,
-                      &g.dfchGelu_, &g.stats_};
+  template <class G>
+  static auto scratchFields(G& g) {
+    return std::array{&g.dresidual_, &g.dlnf_, &g.dlogits_, &g.dln_,      &g.dqkv_,
+                      &g.datty_,     &g.datt_, &g.dfch_,    &g.dfchGelu_, &g.stats_};
   }
   const float* tensor(const float* params, int group, int index) const;
   float* tensor(float* grads, int group, int index) const;

@@ -25,8 +25,9 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
   app.add_option("--eval-batches", o.evalBatches, "micro-batches of validation data per evaluation");
   app.add_option("--log-every", o.logEvery, "steps between log lines");
   app.add_option("--data", o.data, "text files to train on (default: the fortunes package's)");
-  app.add_option("--zero", o.zero, "1: shard optimizer state over the data-parallel ranks (ZeRO-1); default: the "
-                                   "plan's, else 0")
+  app.add_option("--zero", o.zero,
+                 "1: shard optimizer state over the data-parallel ranks (ZeRO-1); default: the "
+                 "plan's, else 0")
       ->check(CLI::Range(0, 1));
   app.add_option("--bucket-mb", o.bucketMb, "gradient bucket size in MiB")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "BLAS threads per rank (default: cores / ranks on this host)");
@@ -51,8 +52,9 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
   app.add_option("--plan-top", o.planTop, "--plan auto: the best plans to show")->check(CLI::PositiveNumber);
   app.add_option("--tp", o.tp, "tensor-parallel degree of every stage (without --plan)")->check(CLI::PositiveNumber);
   app.add_option("--pp", o.pp, "pipeline stages, blocks split evenly (without --plan)")->check(CLI::PositiveNumber);
-  app.add_option("--assignment", o.assignment, "who plays which role: nic (TP in a host, DP in an RDMA island, "
-                                               "pipeline boundaries across islands) or naive (rank order)")
+  app.add_option("--assignment", o.assignment,
+                 "who plays which role: nic (TP in a host, DP in an RDMA island, "
+                 "pipeline boundaries across islands) or naive (rank order)")
       ->check(CLI::IsMember({"nic", "naive"}));
   app.add_option("--device-speeds", o.deviceSpeeds,
                  "relative compute speed per rank (e.g. 1,1,0.5,0.5), or 'topo': each rank's GPU peak in "
@@ -65,8 +67,9 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
                  "FLOP/s of a speed-1 device for --emulate-compute, in GFLOP/s (default: the topology file's fastest "
                  "GPU peak, else rank 0's measured fp32 GEMM rate)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--memory-limits", o.memoryLimits, "bytes per rank (one value for all, or one per rank; suffixes "
-                                                    "K M G, binary): a plan that does not fit is refused at start")
+  app.add_option("--memory-limits", o.memoryLimits,
+                 "bytes per rank (one value for all, or one per rank; suffixes "
+                 "K M G, binary): a plan that does not fit is refused at start")
       ->delimiter(',')
       ->transform(CLI::AsSizeValue(false));
   try {

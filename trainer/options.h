@@ -4,8 +4,8 @@
 
 #include <cstdint>
 #include <optional>
-#include <variant>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "trainer/config.h"
@@ -32,9 +32,9 @@ struct Options {
   bool emulateCompute = false;
   double referenceGflops = 0;
   std::vector<uint64_t> memoryLimits;
-  int planTop = 3;       // --plan auto: plans shown
+  int planTop = 3;                   // --plan auto: plans shown
   int planMaxTp = 0, planMaxPp = 0;  // --plan auto: the largest TP degree and pipeline depth (0: any)
-  bool predict = false;  // --predict: the planner's prediction for the plan, against the measured step
+  bool predict = false;              // --predict: the planner's prediction for the plan, against the measured step
 };
 
 // Parses argv. Returns the options, or the exit code when the program should stop (--help: 0, a bad option: the

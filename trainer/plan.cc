@@ -3,10 +3,9 @@
 // plan built in code (uniformPlan, tests) gets the same messages as one read from a file.
 #include "trainer/plan.h"
 
-#include <cmath>
-
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -106,8 +105,8 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
     return Error{.source = source, .detail = std::string("must be a JSON object, got ") + j.type_name()};
   Reader in(source);
   ParallelPlan plan;
-  if (!in.onlyKnownKeys(j, "", {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero",
-                                   "zero_shares"}))
+  if (!in.onlyKnownKeys(j, "",
+                        {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero", "zero_shares"}))
     return in.error();
 
   if (auto it = j.find("data_parallel"); it != j.end()) in.integer(*it, "data_parallel", plan.dp);
@@ -160,7 +159,8 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
 
   if (auto ranks = j.find("ranks"); ranks != j.end() && !in.failed()) {
     if (!ranks->is_array()) {
-      in.fail("ranks", "must be an array (per replica) of arrays (per stage) of rank arrays, got " + describeJson(*ranks));
+      in.fail("ranks",
+              "must be an array (per replica) of arrays (per stage) of rank arrays, got " + describeJson(*ranks));
     } else {
       plan.ranks.resize(ranks->size());
       for (size_t d = 0; d < ranks->size() && !in.failed(); ++d) {
@@ -486,8 +486,10 @@ Result<void> validatePlan(ParallelPlan& plan, const TrainConfig& config, int wor
                         " ranks (one share per rank)");
   if (plan.microBatch > 0 && plan.microBatch != config.microBatch)
     return keyError(source, "micro_batch",
-                    "the plan runs micro-batches of " + str(plan.microBatch) + " sequences but the config's micro_batch "
-                    "is " + str(config.microBatch) + " (set it to the plan's)");
+                    "the plan runs micro-batches of " + str(plan.microBatch) +
+                        " sequences but the config's micro_batch "
+                        "is " +
+                        str(config.microBatch) + " (set it to the plan's)");
   if (config.microBatch <= 0 || config.globalBatch <= 0)
     return Error{.source = source,
                  .detail = "the config's micro_batch " + str(config.microBatch) + " and global_batch " +

@@ -55,8 +55,8 @@ struct ParallelPlan {
   std::vector<StagePlan> stages{};  // pipeline stages in order
   // Optional explicit roles: ranks[replica][stage][tpRank] = global rank. Empty = assignRoles() decides.
   std::vector<std::vector<std::vector<int>>> ranks{};
-  int microBatch = 0;  // sequences per micro-batch; 0 = the config's micro_batch
-  int zero = -1;       // ZeRO-1: 1 on, 0 off, -1 = not said (the command line decides)
+  int microBatch = 0;                // sequences per micro-batch; 0 = the config's micro_batch
+  int zero = -1;                     // ZeRO-1: 1 on, 0 off, -1 = not said (the command line decides)
   std::vector<double> zeroShares{};  // per global rank: its share of its DP group's optimizer state; empty = even
 
   int ranksPerReplica() const;    // sum of the stages' tp: the ranks one pipeline replica occupies

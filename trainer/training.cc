@@ -53,8 +53,8 @@ T check(int rank, Result<T> r) {
 
 // Ranks on this host, from whichever launcher started us (for the BLAS thread share).
 int localRanks() {
-  for (const char* v : {"HETCOMM_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                        "SLURM_NTASKS_PER_NODE"})
+  for (const char* v :
+       {"HETCOMM_LOCAL_WORLD_SIZE", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE"})
     if (const char* s = std::getenv(v); s && std::atoi(s) > 0) return std::atoi(s);
   return 1;
 }
@@ -109,8 +109,8 @@ struct Training::State {
   int64_t step = 0;
   std::string memoryLine;
   std::optional<planner::ComputeProfile> computeProfile;  // --plan auto, --predict
-  std::optional<StepBreakdown> predicted;                // --plan auto, --predict (lead rank)
-  std::string predictionText;               // what the lead prints before the steps
+  std::optional<StepBreakdown> predicted;                 // --plan auto, --predict (lead rank)
+  std::string predictionText;                             // what the lead prints before the steps
 
   void worldSum(std::vector<double>& v) const {
     if (world == 1) return;
@@ -177,9 +177,10 @@ void Training::State::setUp() {
   // MFU's peak: the sum over ranks of each one's measured fp32 GEMM rate (or, emulating, the reference rate),
   // times its device speed.
   std::vector<double> gemm{(o.emulateCompute ? referenceGflops : measureGemmGflops([&] {
-    std::vector<double> z{0.0};
-    worldSum(z);
-  })) * speed};
+                             std::vector<double> z{0.0};
+                             worldSum(z);
+                           })) *
+                           speed};
   worldSum(gemm);
   peakGflops = gemm[0];
   if (lead) printStartup();
@@ -191,8 +192,8 @@ void Training::State::resolveDevices() {
   speed = speeds.speeds.empty() ? 1.0 : speeds.speeds[rank];
   emulated = !speeds.speeds.empty() || o.emulateCompute;  // figures say so
   if (!o.memoryLimits.empty() && o.memoryLimits.size() != 1 && static_cast<int>(o.memoryLimits.size()) != world)
-    die(rank, "--memory-limits has " + std::to_string(o.memoryLimits.size()) + " entries for " +
-                  std::to_string(world) + " ranks: give one for every rank, or one for all");
+    die(rank, "--memory-limits has " + std::to_string(o.memoryLimits.size()) + " entries for " + std::to_string(world) +
+                  " ranks: give one for every rank, or one for all");
   if (o.emulateCompute && (!cfg.checkpointDir.empty() || !o.resume.empty()))
     die(rank, "--emulate-compute computes no parameters: it takes no --checkpoint-dir, checkpoint_dir or --resume");
 }
@@ -298,10 +299,10 @@ void Training::State::planAutomatically() {
 void Training::State::predict() {
   if (!lead) return;
   Placement at = check(rank, placementOf(comm));
-  RoleTable roles = check(rank, assignRoles(plan, at, o.assignment == "naive" ? Assignment::kNaive
-                                                                              : Assignment::kNicAware));
-  planner::StepInputs in{cfg, plan, roles, plannedSpeeds(), *computeProfile,
-                         static_cast<size_t>(o.bucketMb * (1 << 20)), zero1};
+  RoleTable roles =
+      check(rank, assignRoles(plan, at, o.assignment == "naive" ? Assignment::kNaive : Assignment::kNicAware));
+  planner::StepInputs in{
+      cfg, plan, roles, plannedSpeeds(), *computeProfile, static_cast<size_t>(o.bucketMb * (1 << 20)), zero1};
   in.where = at;
   auto p = planner::predictStep(in, planner::predictedBy(comm));
   if (!p) die(rank, "--predict: " + p.error().message());
@@ -371,8 +372,7 @@ void Training::State::checkMemory() {
   const uint64_t limit = o.memoryLimits.size() == 1 ? o.memoryLimits[0] : o.memoryLimits[rank];
   constexpr int kFields = 6;
   std::vector<double> all(size_t(world) * kFields, 0.0);
-  const double mine[kFields] = {need.params, need.grads, need.optimizer, need.activations, need.buffers,
-                                double(limit)};
+  const double mine[kFields] = {need.params, need.grads, need.optimizer, need.activations, need.buffers, double(limit)};
   std::copy(mine, mine + kFields, all.begin() + size_t(rank) * kFields);
   worldSum(all);
   std::vector<MemoryNeed> needs(world);
@@ -439,8 +439,8 @@ std::vector<float> Training::State::wholeOnLead(const std::vector<float>& mine) 
   std::vector<float> whole(full->totalFloats(), 0.0f);
   if (role.replica == 0) addToFull(*layout, mine.data(), *full, whole.data());
   if (world > 1)
-    if (hetcommResult_t r = hetcommReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum, 0,
-                                          comm, nullptr);
+    if (hetcommResult_t r =
+            hetcommReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum, 0, comm, nullptr);
         r != hetcommSuccess)
       die(rank, commError("hetcommReduce (checkpoint)", r, comm).message());
   if (!lead) whole = {};  // one whole-model buffer at a time off rank 0
@@ -495,8 +495,8 @@ static Result<void> sumTiedCopies(const ParamLayout& layout, float* grads, hetco
     std::copy(grads + at, grads + at + size_t(e - b) * C, whole.begin() + b * C);
     at += size_t(e - b) * C;
   }
-  if (hetcommResult_t r = hetcommAllReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum,
-                                           tied, nullptr);
+  if (hetcommResult_t r =
+          hetcommAllReduce(whole.data(), whole.data(), whole.size(), hetcommFloat32, hetcommSum, tied, nullptr);
       r != hetcommSuccess)
     return commError("hetcommAllReduce (tied embedding)", r, tied);
   at = t.offset;
@@ -524,8 +524,7 @@ void Training::State::run() {
   const double stretchSpeed = o.emulateCompute ? 1.0 : speed;
   double busyS = 0;
   auto computeHook = [&](double computeS, double tpS) {
-    if (stretchSpeed < 1)
-      std::this_thread::sleep_for(std::chrono::duration<double>(computeS * (1 / stretchSpeed - 1)));
+    if (stretchSpeed < 1) std::this_thread::sleep_for(std::chrono::duration<double>(computeS * (1 / stretchSpeed - 1)));
     busyS += computeS / stretchSpeed + tpS;
   };
   const auto runStart = Clock::now();

@@ -107,6 +107,25 @@ train predicted 4 --tp 2 --pp 2 --predict; check "--predict runs" $?
 grep -q "^\[0\] predicted: step" "$work/predicted.log" && grep -q "summary: predicted vs measured" "$work/predicted.log"
 check "--predict prints the plan's prediction and compares it" $?
 
+# Cephalo: data parallelism only (--plan-max-tp 1 --plan-max-pp 1), rank 0 with room for less than an even ZeRO-1
+# half of the optimizer state (at the smallest micro-batch size searched, 1) and rank 1 with plenty: the planner
+# says even shares do not fit, shards by memory,
+# and the run gives the single process's losses.
+echo '{"data_parallel": 2, "stages": [{"layers": 4}], "zero": 0, "micro_batch": 1}' >"$work/dp2.json"
+"$bin/hetcomm-plan" "${small[@]:0:12}" --global-batch 8 --synthetic hosts=1,ranks=2 --reference-gflops 10 \
+  --evaluate "$work/dp2.json" --json "$work/dp2-memory.json" >"$work/dp2-memory.log" 2>&1
+limits=$(python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))["plans"][0]["memory"][0]
+rest, state = m["total"] - m["optimizer"], m["optimizer"]
+print("%d,%d" % (rest + 0.3 * state, rest + 0.9 * state))' "$work/dp2-memory.json")
+check "hetcomm-plan --evaluate gives each rank's memory" $?
+matches cephalo 2 "--plan auto sharding the optimizer state by memory" --plan auto --plan-max-tp 1 --plan-max-pp 1 \
+  --memory-limits "$limits"
+grep -q "even ZeRO-1 shards would need .* on rank 0" "$work/cephalo.log" && grep -q "ZeRO-1 by memory" "$work/cephalo.log" &&
+  grep -q '"zero_shares"' "$work/cephalo.log" && grep -q "memory: every rank fits its limit" "$work/cephalo.log"
+check "the planner says even shares do not fit and shards by memory" $?
+
 refused() {  # name ranks pattern description args...
   local name=$1 np=$2 pattern=$3 what=$4
   shift 4

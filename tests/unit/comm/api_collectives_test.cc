@@ -44,7 +44,8 @@ TEST_P(ApiCollectives, AllReduceSumOutOfPlaceAndMaxInPlace) {
     for (size_t i = 0; i < count; ++i) send[r][i] = static_cast<float>((r + 1) * (static_cast<int>(i % 13) - 6));
   HC_ASSERT_OK(hetcommGroupStart());
   for (int r = 0; r < n_; ++r)
-    HC_ASSERT_OK(hetcommAllReduce(send[r].data(), recv[r].data(), count, hetcommFloat32, hetcommSum, comms_[r], nullptr));
+    HC_ASSERT_OK(
+        hetcommAllReduce(send[r].data(), recv[r].data(), count, hetcommFloat32, hetcommSum, comms_[r], nullptr));
   HC_ASSERT_OK(hetcommGroupEnd());
   const float ranksum = static_cast<float>(n_ * (n_ + 1) / 2);
   for (int r = 0; r < n_; ++r)
@@ -111,13 +112,14 @@ TEST_P(ApiCollectives, AllGather) {
 
 TEST_P(ApiCollectives, ReduceScatter) {
   const size_t count = 7;
-  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)), recv(n_, std::vector<int32_t>(count, -1));
+  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)),
+      recv(n_, std::vector<int32_t>(count, -1));
   for (int r = 0; r < n_; ++r)
     for (size_t i = 0; i < count * n_; ++i) send[r][i] = static_cast<int32_t>(r * 1000 + i);
   HC_ASSERT_OK(hetcommGroupStart());
   for (int r = 0; r < n_; ++r)
-    HC_ASSERT_OK(hetcommReduceScatter(send[r].data(), recv[r].data(), count, hetcommInt32, hetcommSum, comms_[r],
-                                      nullptr));
+    HC_ASSERT_OK(
+        hetcommReduceScatter(send[r].data(), recv[r].data(), count, hetcommInt32, hetcommSum, comms_[r], nullptr));
   HC_ASSERT_OK(hetcommGroupEnd());
   for (int r = 0; r < n_; ++r)
     for (size_t i = 0; i < count; ++i) {
@@ -129,7 +131,8 @@ TEST_P(ApiCollectives, ReduceScatter) {
 
 TEST_P(ApiCollectives, AlltoAll) {
   const size_t count = 3;
-  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)), recv(n_, std::vector<int32_t>(count * n_, -1));
+  std::vector<std::vector<int32_t>> send(n_, std::vector<int32_t>(count * n_)),
+      recv(n_, std::vector<int32_t>(count * n_, -1));
   for (int r = 0; r < n_; ++r)
     for (int j = 0; j < n_; ++j)
       for (size_t k = 0; k < count; ++k) send[r][j * count + k] = r * 100 + j * 10 + static_cast<int32_t>(k);
@@ -183,7 +186,8 @@ TEST_P(ApiCollectives, AsyncAllReduceOnStreamsInsideAGroup) {
     for (size_t i = 0; i < count; ++i) buf[r][i] = static_cast<int32_t>(i) + r;
   HC_ASSERT_OK(hetcommGroupStart());
   for (int r = 0; r < n_; ++r)
-    HC_ASSERT_OK(hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt32, hetcommSum, comms_[r], streams[r]));
+    HC_ASSERT_OK(
+        hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt32, hetcommSum, comms_[r], streams[r]));
   HC_ASSERT_OK(hetcommGroupEnd());  // returns once queued
   for (int r = 0; r < n_; ++r) {
     hetcommResult_t q = hetcommStreamQuery(streams[r]);
@@ -209,7 +213,8 @@ TEST_P(ApiCollectives, StreamRunsItsOperationsInIssueOrder) {
     for (size_t i = 0; i < count; ++i) buf[r][i] = static_cast<int64_t>(i + 1);
   for (int round = 0; round < 2; ++round)
     for (int r = 0; r < n_; ++r)
-      HC_ASSERT_OK(hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt64, hetcommSum, comms_[r], streams[r]));
+      HC_ASSERT_OK(
+          hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommInt64, hetcommSum, comms_[r], streams[r]));
   for (int r = 0; r < n_; ++r) HC_ASSERT_OK(hetcommStreamSynchronize(streams[r]));
   for (int r = 0; r < n_; ++r)
     for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[r][i], static_cast<int64_t>((i + 1) * n_ * n_)) << r << "," << i;
@@ -225,7 +230,8 @@ TEST_P(ApiCollectives, BlockingCallsFromOneThreadPerRank) {
     threads.emplace_back([&, r] {
       std::fill(buf[r].begin(), buf[r].end(), static_cast<float>(r + 1));
       rc[r] = hetcommAllReduce(buf[r].data(), buf[r].data(), count, hetcommFloat32, hetcommSum, comms_[r], nullptr);
-      if (rc[r] == hetcommSuccess) rc[r] = hetcommBroadcast(buf[r].data(), buf[r].data(), count, hetcommFloat32, 0, comms_[r], nullptr);
+      if (rc[r] == hetcommSuccess)
+        rc[r] = hetcommBroadcast(buf[r].data(), buf[r].data(), count, hetcommFloat32, 0, comms_[r], nullptr);
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n_; ++r) {
@@ -269,7 +275,8 @@ TEST(ApiComm, SplitFromThreads) {
   // The parent still works.
   std::vector<int> v(n, 1);
   HC_ASSERT_OK(hetcommGroupStart());
-  for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommAllReduce(&v[r], &v[r], 1, hetcommInt32, hetcommSum, parent[r], nullptr));
+  for (int r = 0; r < n; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(&v[r], &v[r], 1, hetcommInt32, hetcommSum, parent[r], nullptr));
   HC_ASSERT_OK(hetcommGroupEnd());
   EXPECT_EQ(v, std::vector<int>(n, n));
 }
@@ -280,15 +287,15 @@ TEST(ApiComm, PredictForTheWholeGroupIsWhatTheCommunicatorChooses) {
   Comms comms;
   ASSERT_NO_FATAL_FAILURE(initAll(comms, n));
   const int all[n] = {0, 1, 2, 3};
-  for (hetcommCollective_t coll : {hetcommCollAllReduce, hetcommCollBroadcast, hetcommCollReduce,
-                                   hetcommCollAllGather, hetcommCollReduceScatter, hetcommCollAlltoAll})
+  for (hetcommCollective_t coll : {hetcommCollAllReduce, hetcommCollBroadcast, hetcommCollReduce, hetcommCollAllGather,
+                                   hetcommCollReduceScatter, hetcommCollAlltoAll})
     for (size_t count : {size_t{1}, size_t{1} << 12, size_t{1} << 22}) {
       SCOPED_TRACE("collective " + std::to_string(coll) + ", count " + std::to_string(count));
       char chosen[32], predicted[32];
       double chosenUs = -1, predictedUs = -2;
       HC_ASSERT_OK(hetcommCommGetAlgorithm(comms[0], coll, count, hetcommFloat32, chosen, sizeof chosen, &chosenUs));
-      HC_ASSERT_OK(hetcommCommPredict(comms[0], coll, count, hetcommFloat32, all, n, predicted, sizeof predicted,
-                                      &predictedUs));
+      HC_ASSERT_OK(
+          hetcommCommPredict(comms[0], coll, count, hetcommFloat32, all, n, predicted, sizeof predicted, &predictedUs));
       EXPECT_STREQ(chosen, predicted);
       EXPECT_DOUBLE_EQ(chosenUs, predictedUs);
     }
@@ -301,11 +308,10 @@ TEST(ApiComm, PredictForSubgroupsAndSends) {
   const int pair[2] = {3, 1};
   char name[32];
   double small = 0, large = 0;
-  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollSendRecv, 1, hetcommFloat32, pair, 2, name, sizeof name,
-                                  &small));
+  HC_ASSERT_OK(
+      hetcommCommPredict(comms[0], hetcommCollSendRecv, 1, hetcommFloat32, pair, 2, name, sizeof name, &small));
   EXPECT_STREQ(name, "direct");
-  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollSendRecv, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0,
-                                  &large));
+  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollSendRecv, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0, &large));
   EXPECT_GT(small, 0);
   EXPECT_GT(large, small);  // 4 MiB over the link take longer than 4 bytes
   // A group the caller is not in, of one rank: nothing to move.
@@ -314,8 +320,8 @@ TEST(ApiComm, PredictForSubgroupsAndSends) {
   HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollAllReduce, 1 << 20, hetcommFloat32, one, 1, nullptr, 0, &alone));
   EXPECT_GE(alone, 0);
   double pairUs = 0;
-  HC_ASSERT_OK(hetcommCommPredict(comms[0], hetcommCollAllGather, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0,
-                                  &pairUs));
+  HC_ASSERT_OK(
+      hetcommCommPredict(comms[0], hetcommCollAllGather, 1 << 20, hetcommFloat32, pair, 2, nullptr, 0, &pairUs));
   EXPECT_GT(pairUs, 0);
 }
 
@@ -387,8 +393,7 @@ TEST(ApiComm, ModelCommunicatorAnswersPlanningCallsAndRefusesOperations) {
   EXPECT_EQ(hetcommCommSplit(m, 0, 0, &child, nullptr), hetcommInvalidUsage);
   HC_ASSERT_OK(hetcommCommDestroy(m));
 
-  EXPECT_EQ(hetcommCommInitModel(&m, R"({"name": "x", "hosts": [{"name": "a", "nics": []}]})"),
-            hetcommInvalidArgument);
+  EXPECT_EQ(hetcommCommInitModel(&m, R"({"name": "x", "hosts": [{"name": "a", "nics": []}]})"), hetcommInvalidArgument);
   EXPECT_NE(lastError().find("$.hosts[0].nics"), std::string::npos) << lastError();
   EXPECT_EQ(hetcommCommInitModel(&m, "{"), hetcommInvalidArgument);
   EXPECT_EQ(hetcommCommInitModel(&m, nullptr), hetcommInvalidArgument);
@@ -404,9 +409,8 @@ TEST(ApiComm, SplitWithNoColorGivesNull) {
   std::vector<hetcommResult_t> rc(n, hetcommInternalError);
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      rc[r] = hetcommCommSplit(parent[r], r == 2 ? HETCOMM_SPLIT_NOCOLOR : 0, r, &child.c[r], nullptr);
-    });
+    threads.emplace_back(
+        [&, r] { rc[r] = hetcommCommSplit(parent[r], r == 2 ? HETCOMM_SPLIT_NOCOLOR : 0, r, &child.c[r], nullptr); });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) ASSERT_EQ(rc[r], hetcommSuccess) << r;
   EXPECT_EQ(child[2], nullptr);
@@ -462,8 +466,7 @@ TEST(ApiComm, NonBlockingInitFromOneThread) {
   // Poll until both are ready (bounded).
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   std::vector<hetcommResult_t> st(n, hetcommInProgress);
-  while (std::chrono::steady_clock::now() < until &&
-         (st[0] == hetcommInProgress || st[1] == hetcommInProgress)) {
+  while (std::chrono::steady_clock::now() < until && (st[0] == hetcommInProgress || st[1] == hetcommInProgress)) {
     for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommCommGetAsyncError(comms[r], &st[r]));
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -471,7 +474,8 @@ TEST(ApiComm, NonBlockingInitFromOneThread) {
   ASSERT_EQ(st[1], hetcommSuccess);
   std::vector<int> x = {3, 4};
   HC_ASSERT_OK(hetcommGroupStart());
-  for (int r = 0; r < n; ++r) HC_ASSERT_OK(hetcommAllReduce(&x[r], &x[r], 1, hetcommInt32, hetcommSum, comms[r], nullptr));
+  for (int r = 0; r < n; ++r)
+    HC_ASSERT_OK(hetcommAllReduce(&x[r], &x[r], 1, hetcommInt32, hetcommSum, comms[r], nullptr));
   HC_ASSERT_OK(hetcommGroupEnd());
   EXPECT_EQ(x, (std::vector<int>{7, 7}));
 }

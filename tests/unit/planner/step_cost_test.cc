@@ -96,7 +96,8 @@ TEST(StepCost, TensorParallelSumsAndDataParallelBucketsUseTheTrainersGroups) {
   // Buckets: DP groups {0, 2} and {1, 3}, several buckets of a 16 KiB size, ready in the backward's order.
   ASSERT_EQ(c.buckets.size(), 1u);
   ASSERT_GT(c.buckets[0].size(), 2u);
-  for (size_t b = 1; b < c.buckets[0].size(); ++b) EXPECT_GE(c.buckets[0][b].readyShare, c.buckets[0][b - 1].readyShare);
+  for (size_t b = 1; b < c.buckets[0].size(); ++b)
+    EXPECT_GE(c.buckets[0][b].readyShare, c.buckets[0][b - 1].readyShare);
   EXPECT_DOUBLE_EQ(c.buckets[0].back().readyShare, 1.0);  // the embedding's, at the end
   bool dp0 = false, dp1 = false;
   for (const auto& [coll, count, ranks] : links.calls) {
