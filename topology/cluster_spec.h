@@ -33,7 +33,7 @@ struct ClusterSpec {
     std::string name;
     int ranks = 1;
     std::vector<NicSpec> nics;
-    std::vector<Gpu> gpus;  // "gpus" with each entry's count expanded
+    std::vector<Gpu> gpus{};  // "gpus" with each entry's count expanded
   };
   std::string name, description;
   std::vector<HostSpec> hosts;
