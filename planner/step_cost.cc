@@ -252,30 +252,27 @@ std::set<std::pair<int, bool>> linksOf(const std::vector<int>& ranks, const trai
   return out;
 }
 
-// The reduction phase's sharing: every data-parallel group and tied-embedding sum reduces at the end of the step,
-// so a group gets 1 / (the most of them on any of its links).
+// The reduction phase's sharing: a stage's data-parallel groups (one per TP rank) reduce the same buckets at the
+// same moments, so each gets 1 / (the most of them on any of its links). Other stages' groups reduce at other
+// moments of the pipeline's drain, and are not counted.
 void shareReductions(const StepInputs& in, Sharing& sharing) {
   const trainer::ParallelPlan& plan = in.plan;
   const int R = plan.dp, S = static_cast<int>(plan.stages.size());
-  std::vector<std::vector<int>> groups;
-  for (int s = 0; s < S && R > 1; ++s)
+  for (int s = 0; s < S && R > 1; ++s) {
+    std::vector<std::vector<int>> groups;
     for (int t = 0; t < plan.stages[s].tp; ++t) {
       std::vector<int> dp;
       for (int r = 0; r < R; ++r) dp.push_back(in.roles.ranks[r][s][t]);
       groups.push_back(std::move(dp));
     }
-  for (int r = 0; r < R && S >= 2; ++r) {
-    std::vector<int> tied = in.roles.ranks[r][0];
-    tied.insert(tied.end(), in.roles.ranks[r][S - 1].begin(), in.roles.ranks[r][S - 1].end());
-    groups.push_back(std::move(tied));
-  }
-  std::map<std::pair<int, bool>, int> users;
-  for (const auto& g : groups)
-    for (const auto& link : linksOf(g, in.where)) ++users[link];
-  for (const auto& g : groups) {
-    int most = 1;
-    for (const auto& link : linksOf(g, in.where)) most = std::max(most, users[link]);
-    if (most > 1) sharing[g] = most;
+    std::map<std::pair<int, bool>, int> users;
+    for (const auto& g : groups)
+      for (const auto& link : linksOf(g, in.where)) ++users[link];
+    for (const auto& g : groups) {
+      int most = 1;
+      for (const auto& link : linksOf(g, in.where)) most = std::max(most, users[link]);
+      if (most > 1) sharing[g] = most;
+    }
   }
 }
 

@@ -85,8 +85,8 @@ trainer::Result<double> stageTransfer(const trainer::TrainConfig& config, const 
 
 // The step's prediction with the links' sharing: groups whose traffic leaves a host over the same kind of link
 // (inside an island, or across islands) at the same time share that host's NIC.
-//   - data-parallel groups (and the tied-embedding sums) reduce at once at the end of the step: each takes
-//     1 / (the most such groups on any host it spans) of its links;
+//   - a stage's data-parallel groups (one per TP rank) reduce the same buckets at once: each takes 1 / (the most
+//     of them on any host it spans) of its links;
 //   - tensor-parallel groups and pipeline transfers run through the 1F1B part whenever their stages compute:
 //     each is slowed by the share of the step the others on its hosts keep the link busy (from a first
 //     simulation without sharing).

@@ -219,7 +219,11 @@ if only in ("", "fidelity"):
 if only in ("", "quality"):
     cluster = "mixed-4x2"
     speeds = ",".join(f"{v:g}" for v in SPEEDS[cluster])
-    hand = f"{repo}/perf/compare/plans/dp8-by-speed.json"
+    # The README's best hand plan, perf/compare/plans/dp8-by-speed.json, for this model: DP8 with micro-batches of 2
+    # in proportion to the speeds (4 on each fast rank, 2 on each slow one, for a global batch of 48).
+    hand = f"{logs}/dp8-by-speed.json"
+    per = [round(v * (global_batch // 2) / sum(SPEEDS[cluster])) for v in SPEEDS[cluster]]
+    json.dump({"data_parallel": 8, "micro_batches": per, "stages": [{"layers": n_layer}]}, open(hand, "w"))
     limits = ",".join(["1G"] * 4 + [slow_memory] * 4)
     configs = {
         "auto": ["--plan", "auto"],
