@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -180,7 +181,15 @@ int main(int argc, char** argv) {
         if (mb >= 1 && cfg.globalBatch % mb == 0) measured.push_back(mb);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int perRank = threads > 0 ? threads : std::max(1, cores / std::max(1, world));
-    request.profile = check(hp::measureProfile(cfg.model, measured, perRank, hp::profileCacheDir()));
+    // TP degrees up to the ranks of the fullest host.
+    std::map<int, int> perHost;
+    for (int h : check(ht::placementOf(comm)).host) ++perHost[h];
+    int most = 1;
+    for (auto [h, n] : perHost) most = std::max(most, n);
+    std::vector<int> tps;
+    for (int t = 2; t <= most; ++t)
+      if (cfg.model.nHead % t == 0 && cfg.model.dModel % t == 0 && cfg.model.vocabSize % t == 0) tps.push_back(t);
+    request.profile = check(hp::measureProfile(cfg.model, measured, tps, perRank, hp::profileCacheDir()));
   }
 
   if (!evaluate.empty()) {

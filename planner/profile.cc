@@ -23,7 +23,7 @@ using nlohmann::json;
 using trainer::Error;
 using trainer::Result;
 
-constexpr int kProfileVersion = 1;
+constexpr int kProfileVersion = 2;
 constexpr int kRepetitions = 5;  // timed forward + backward passes per model and size; the median counts
 
 std::string cpuModel() {
@@ -38,11 +38,21 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Median forward and backward seconds of the whole model (one stage, TP 1) at B sequences.
-std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B) {
+// A TP group whose sums and maxima do nothing: one rank's compute alone (the numbers it gives are not a model's).
+class NoSums final : public trainer::TpGroup {
+ public:
+  trainer::Result<void> sum(float*, size_t) override { return {}; }
+  trainer::Result<void> max(float*, size_t) override { return {}; }
+};
+
+// Median forward and backward seconds of one TP rank's shard of the whole model (one stage) at B sequences.
+std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B, int tp) {
   using Clock = std::chrono::steady_clock;
-  const trainer::ParamLayout layout(model, size_t(1) << 20, 1);
-  trainer::Gpt gpt(model, layout, B);
+  const trainer::Shard shard{
+      .firstLayer = 0, .layers = model.nLayer, .embedding = true, .head = true, .tp = tp, .tpRank = 0};
+  const trainer::ParamLayout layout(model, shard, size_t(1) << 20, 1);
+  NoSums noSums;
+  trainer::Gpt gpt(model, layout, B, 1, tp > 1 ? &noSums : nullptr);
   std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
   gpt.initParams(params.data(), 1);
   std::vector<int32_t> tokens(size_t(B) * model.seqLen), targets(tokens.size());
@@ -50,9 +60,9 @@ std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B) {
   std::vector<double> forward, backward;
   for (int rep = 0; rep <= kRepetitions; ++rep) {  // the first warms caches and allocators
     const auto t0 = Clock::now();
-    (void)gpt.forward(params.data(), tokens.data(), targets.data(), B);
+    (void)gpt.forwardStage(0, params.data(), tokens.data(), nullptr, targets.data(), B, nullptr);
     const auto t1 = Clock::now();
-    gpt.backward(params.data(), grads.data(), 1.0f, [](int) {});
+    (void)gpt.backwardStage(0, params.data(), grads.data(), 1.0f, nullptr, nullptr, [](int) {});
     const auto t2 = Clock::now();
     if (rep == 0) continue;
     forward.push_back(std::chrono::duration<double>(t1 - t0).count());
@@ -61,12 +71,12 @@ std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B) {
   return {median(forward), median(backward)};
 }
 
-PartTimes measureAt(const trainer::ModelConfig& model, int B) {
+PartTimes measureAt(const trainer::ModelConfig& model, int B, int tp) {
   // A block's time from models of 1 and 3 blocks (the difference over 2), the rest from the 1-block model.
   trainer::ModelConfig one = model, three = model;
   one.nLayer = 1, three.nLayer = 3;
-  const auto [f1, b1] = timeModel(one, B);
-  const auto [f3, b3] = timeModel(three, B);
+  const auto [f1, b1] = timeModel(one, B, tp);
+  const auto [f3, b3] = timeModel(three, B, tp);
   PartTimes t;
   t.blockForwardS = std::max(0.0, (f3 - f1) / 2);
   t.blockBackwardS = std::max(0.0, (b3 - b1) / 2);
@@ -93,26 +103,32 @@ ComputeProfile ComputeProfile::fromFlops(double flopsPerS) {
   return p;
 }
 
-ComputeProfile ComputeProfile::fromMeasured(std::map<int, PartTimes> bySize, std::string source) {
+ComputeProfile ComputeProfile::fromMeasured(std::map<std::pair<int, int>, PartTimes> measured, std::string source) {
   ComputeProfile p;
-  p.measured_ = std::move(bySize);
+  p.measured_ = std::move(measured);
   p.source_ = std::move(source);
   return p;
 }
 
-PartTimes ComputeProfile::at(const trainer::ModelConfig& model, int microBatch) const {
+PartTimes ComputeProfile::at(const trainer::ModelConfig& model, int microBatch, int tp) const {
+  tp = std::max(1, tp);
   if (measured_.empty()) {
     const trainer::Gpt::ForwardFlops f = trainer::Gpt::forwardFlopsPerToken(model);
-    const double tokens = double(microBatch) * model.seqLen, rate = flopsPerS_ > 0 ? flopsPerS_ : 1;
+    const double tokens = double(microBatch) * model.seqLen, rate = (flopsPerS_ > 0 ? flopsPerS_ : 1) * tp;
     return {(f.attention + f.mlp) * tokens / rate, 2 * (f.attention + f.mlp) * tokens / rate, f.head * tokens / rate,
             2 * f.head * tokens / rate};
   }
-  // The nearest measured size (by ratio), scaled by the tokens.
-  auto nearest = measured_.begin();
+  // The nearest size measured at this degree (by ratio), else at degree 1 (over tp), scaled by the tokens.
+  const int degree =
+      std::any_of(measured_.begin(), measured_.end(), [&](const auto& e) { return e.first.second == tp; }) ? tp : 1;
+  auto nearest = measured_.end();
   for (auto it = measured_.begin(); it != measured_.end(); ++it)
-    if (std::abs(std::log(double(it->first) / microBatch)) < std::abs(std::log(double(nearest->first) / microBatch)))
+    if (it->first.second == degree &&
+        (nearest == measured_.end() || std::abs(std::log(double(it->first.first) / microBatch)) <
+                                           std::abs(std::log(double(nearest->first.first) / microBatch))))
       nearest = it;
-  const double scale = double(microBatch) / nearest->first;
+  if (nearest == measured_.end()) return {};  // fromMeasured's contract: degree 1 is there
+  const double scale = double(microBatch) / nearest->first.first / (degree == tp ? 1 : tp);
   const PartTimes& t = nearest->second;
   return {t.blockForwardS * scale, t.blockBackwardS * scale, t.headForwardS * scale, t.headBackwardS * scale};
 }
@@ -125,19 +141,32 @@ std::string profileCacheDir() {
   return "";
 }
 
-Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const std::vector<int>& sizes, int threads,
-                                      const std::string& cacheDir, bool* cached) {
+Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const std::vector<int>& sizes,
+                                      const std::vector<int>& tpDegrees, int threads, const std::string& cacheDir,
+                                      bool* cached) {
   if (cached) *cached = false;
   if (auto ok = trainer::validate(model, "profile"); !ok) return ok.error();
   if (sizes.empty()) return Error{.source = "profile", .field = "sizes", .detail = "no micro-batch size to measure"};
   for (int s : sizes)
     if (s < 1)
       return Error{.source = "profile", .field = "sizes", .detail = "micro-batch size " + std::to_string(s) + " < 1"};
+  std::vector<int> tps{1};
+  for (int t : tpDegrees) {
+    if (t < 1 || model.nHead % t || model.dModel % t || model.vocabSize % t)
+      return Error{.source = "profile",
+                   .field = "tp",
+                   .detail = "TP degree " + std::to_string(t) +
+                             " does not split the model's heads, channels and "
+                             "vocabulary"};
+    if (std::find(tps.begin(), tps.end(), t) == tps.end()) tps.push_back(t);
+  }
+  std::sort(tps.begin(), tps.end());
   threads = std::max(1, threads);
   const std::string cpu = cpuModel();
   const json key = {{"version", kProfileVersion},
                     {"model", trainer::toJson(model)},
                     {"sizes", sizes},
+                    {"tp", tps},
                     {"threads", threads},
                     {"cpu", cpu}};
   char name[64];
@@ -151,13 +180,13 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
       try {
         const json doc = json::parse(in);
         if (doc.at("key") == key) {
-          std::map<int, PartTimes> bySize;
+          std::map<std::pair<int, int>, PartTimes> measured;
           for (const json& e : doc.at("sizes"))
-            bySize[e.at("micro_batch").get<int>()] = {
+            measured[{e.at("micro_batch").get<int>(), e.at("tp").get<int>()}] = {
                 e.at("block_forward_s").get<double>(), e.at("block_backward_s").get<double>(),
                 e.at("head_forward_s").get<double>(), e.at("head_backward_s").get<double>()};
           if (cached) *cached = true;
-          return ComputeProfile::fromMeasured(std::move(bySize), source + " (cached " + path + ")");
+          return ComputeProfile::fromMeasured(std::move(measured), source + " (cached " + path + ")");
         }
       } catch (const json::exception&) {
         // A damaged or foreign cache file: measure again and overwrite it.
@@ -165,14 +194,16 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
     }
   }
   trainer::Gpt::setThreads(threads);
-  std::map<int, PartTimes> bySize;
+  std::map<std::pair<int, int>, PartTimes> measured;
   json entries = json::array();
-  for (int s : sizes) {
-    bySize[s] = measureAt(model, s);
-    json e = toJson(bySize[s]);
-    e["micro_batch"] = s;
-    entries.push_back(std::move(e));
-  }
+  for (int t : tps)
+    for (int s : sizes) {
+      const PartTimes& times = measured[{s, t}] = measureAt(model, s, t);
+      json e = toJson(times);
+      e["micro_batch"] = s;
+      e["tp"] = t;
+      entries.push_back(std::move(e));
+    }
   if (!path.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(cacheDir, ec);
@@ -184,7 +215,7 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
     std::filesystem::rename(tmp, path, ec);
     if (ec) std::filesystem::remove(tmp, ec);
   }
-  return ComputeProfile::fromMeasured(std::move(bySize), source);
+  return ComputeProfile::fromMeasured(std::move(measured), source);
 }
 
 }  // namespace hetcomm::planner

@@ -318,7 +318,7 @@ Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::v
   const trainer::ModelConfig& m = config.model;
   const int tp = static_cast<int>(group.size());
   const double tokens = double(config.microBatch) * m.seqLen;
-  const PartTimes part = profile.at(m, config.microBatch);
+  const PartTimes part = profile.at(m, config.microBatch, tp);
   auto sum = [&](size_t count) -> Result<double> {
     if (tp < 2) return 0.0;
     return time(hetcommCollAllReduce, count, group);
@@ -327,7 +327,7 @@ Result<StageTiming> stageTiming(const trainer::TrainConfig& config, const std::v
   if (!stream) return stream.error();
   StageTiming t;
   t.streamSumS = *stream;
-  const double share = 1.0 / (tp * speed);
+  const double share = 1.0 / speed;
   // Two sums a block each way (the attention's and the MLP's outputs; their inputs' gradients).
   t.blockForwardS = part.blockForwardS * share + 2 * *stream;
   t.blockBackwardS = part.blockBackwardS * share + 2 * *stream;

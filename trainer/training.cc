@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -256,7 +257,15 @@ planner::ComputeProfile Training::State::profile() {
   std::vector<int> sizes;
   for (int mb : {cfg.microBatch / 2, cfg.microBatch, cfg.microBatch * 2})
     if (mb >= 1 && cfg.globalBatch % mb == 0) sizes.push_back(mb);
-  return check(rank, planner::measureProfile(cfg.model, sizes, threads, planner::profileCacheDir()));
+  // The TP degrees a plan could give a stage: up to the ranks of the fullest host.
+  std::vector<int> tps;
+  std::map<int, int> perHost;
+  for (int h : check(rank, placementOf(comm)).host) ++perHost[h];
+  int most = 1;
+  for (auto [h, n] : perHost) most = std::max(most, n);
+  for (int t = 2; t <= most; ++t)
+    if (cfg.model.nHead % t == 0 && cfg.model.dModel % t == 0 && cfg.model.vocabSize % t == 0) tps.push_back(t);
+  return check(rank, planner::measureProfile(cfg.model, sizes, tps, threads, planner::profileCacheDir()));
 }
 
 // Rank 0 searches (the others wait in the broadcast), every rank takes its plan.
