@@ -11,7 +11,7 @@ PACKAGES=(
   libboost-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev ucx-utils libibverbs-dev rdma-core libhwloc-dev hwloc libopenblas-dev
-  iproute2 procps
+  iproute2 procps time
   fortunes
 )
 
