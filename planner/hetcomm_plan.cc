@@ -48,12 +48,6 @@ T check(ht::Result<T> r) {
   if constexpr (!std::is_void_v<T>) return std::move(*r);
 }
 
-bool launched() {
-  for (const char* v : {"HETCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 std::string readFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) die("cannot read --cluster file " + path);
@@ -139,7 +133,7 @@ int main(int argc, char** argv) {
     if (hetcommResult_t rc = hetcommCommInitModel(&comm, text.c_str()); rc != hetcommSuccess)
       die(std::string(clusterPath.empty() ? "--synthetic" : "--cluster " + clusterPath) + ": " +
           hetcommGetLastError(nullptr));
-  } else if (launched()) {
+  } else if (ht::launchedByALauncher()) {
     if (hetcommResult_t rc = hetcommCommInitFromEnv(&comm); rc != hetcommSuccess)
       die(ht::commError("communicator init", rc, nullptr).message());
     hetcommCommUserRank(comm, &rank);
@@ -181,14 +175,7 @@ int main(int argc, char** argv) {
         if (mb >= 1 && cfg.globalBatch % mb == 0) measured.push_back(mb);
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     const int perRank = threads > 0 ? threads : std::max(1, cores / std::max(1, world));
-    // TP degrees up to the ranks of the fullest host.
-    std::map<int, int> perHost;
-    for (int h : check(ht::placementOf(comm)).host) ++perHost[h];
-    int most = 1;
-    for (auto [h, n] : perHost) most = std::max(most, n);
-    std::vector<int> tps;
-    for (int t = 2; t <= most; ++t)
-      if (cfg.model.nHead % t == 0 && cfg.model.dModel % t == 0 && cfg.model.vocabSize % t == 0) tps.push_back(t);
+    const std::vector<int> tps = check(hp::profiledTpDegrees(comm, cfg.model));
     request.profile = check(hp::measureProfile(cfg.model, measured, tps, perRank, hp::profileCacheDir()));
   }
 
@@ -205,7 +192,7 @@ int main(int argc, char** argv) {
       plans.push_back(std::move(j));
     }
     if (lead && !jsonOut.empty()) std::ofstream(jsonOut) << nlohmann::json{{"plans", plans}}.dump(1) << "\n";
-    if (launched() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
+    if (ht::launchedByALauncher() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
     hetcommCommDestroy(comm);
     return 0;
   }
@@ -241,7 +228,7 @@ int main(int argc, char** argv) {
       f << j.dump(1) << "\n";
     }
   }
-  if (launched() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
+  if (ht::launchedByALauncher() && clusterPath.empty() && synthetic.empty()) hetcommCommFinalize(comm);
   hetcommCommDestroy(comm);
   return 0;
 }

@@ -86,6 +86,8 @@ class Builder {
     cost.optimizerS.resize(S);
     for (int s = 0; s < S; ++s)
       if (auto ok = stageReductions(s, cost); !ok) return ok.error();
+    cost.tpCommS = tpComm_ / plan.worldSize();
+    cost.pipelineCommS = pipelineComm_ / plan.worldSize();
     return cost;
   }
 
@@ -119,8 +121,11 @@ class Builder {
       c.transferS = *fwd;
       c.gradientTransferS = *back;
       if (usage_) (*usage_)[boundary(r, s)] += (*fwd + *back) * plan.microBatches[r];
+      // Both sides' ranks wait in each transfer.
+      pipelineComm_ += (*fwd + *back) * plan.microBatches[r] * (plan.stages[s].tp + plan.stages[s + 1].tp);
     }
     if (usage_) (*usage_)[group] += timing->sumsS(layers, first, last) * plan.microBatches[r];
+    tpComm_ += timing->sumsS(layers, first, last) * plan.microBatches[r] * plan.stages[s].tp;
     backwardShares_[{r, s}] = groupShares(s, c.backwardS, *timing);
     return c;
   }
@@ -239,6 +244,7 @@ class Builder {
   Usage* usage_;
   CollectiveTime scaled_;
   std::map<std::pair<int, int>, std::vector<double>> backwardShares_;  // (replica, stage) -> per group
+  double tpComm_ = 0, pipelineComm_ = 0;                               // summed over ranks
 };
 
 // The links a group's traffic takes: (host, whether the group spans islands) for each host of a group that

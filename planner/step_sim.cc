@@ -190,6 +190,7 @@ trainer::Result<StepPrediction> simulateStep(const StepCost& c) {
   double optimizer = 0;
   for (double o : c.optimizerS) optimizer = std::max(optimizer, o);
   p.stepS = sync + c.worldSumS + optimizer;
+  p.tpCommS = c.tpCommS, p.pipelineCommS = c.pipelineCommS;
   return p;
 }
 

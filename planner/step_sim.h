@@ -56,6 +56,9 @@ struct StepCost {
   double tiedSumS = 0;                       // the tied embedding's sum (two stages or more)
   double worldSumS = 0;                      // the loss and gradient-norm sum over the world
   std::vector<double> optimizerS;            // per stage: the optimizer, and the ZeRO-1 parameter gather
+  // For the report, per step and mean over ranks: time in tensor-parallel sums and in pipeline transfers (the
+  // simulation does not read them; they are in the stages' times already).
+  double tpCommS = 0, pipelineCommS = 0;
 };
 
 struct StepPrediction {
@@ -66,6 +69,7 @@ struct StepPrediction {
   double reductionsDoneS = 0;  // when the last data-parallel reduction (and tied sum) ends
   // Per replica and stage: when its last backward ends, and its compute in the step.
   std::vector<std::vector<double>> pipelineEndS, busyS;
+  double tpCommS = 0, pipelineCommS = 0;  // StepCost's, passed on
   std::string describe() const;
 };
 

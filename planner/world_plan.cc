@@ -2,10 +2,24 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 
 #include "trainer/devices.h"
 
 namespace hetcomm::planner {
+
+trainer::Result<std::vector<int>> profiledTpDegrees(hetcommComm_t comm, const trainer::ModelConfig& model) {
+  auto where = trainer::placementOf(comm);
+  if (!where) return where.error();
+  std::map<int, int> perHost;
+  for (int h : where->host) ++perHost[h];
+  int most = 1;
+  for (auto [h, n] : perHost) most = std::max(most, n);
+  std::vector<int> tps;
+  for (int t = 2; t <= most; ++t)
+    if (model.nHead % t == 0 && model.dModel % t == 0 && model.vocabSize % t == 0) tps.push_back(t);
+  return tps;
+}
 
 trainer::Result<SearchReport> planWorld(hetcommComm_t comm, const trainer::TrainConfig& config,
                                         const PlanRequest& request) {

@@ -23,6 +23,10 @@ struct PlanRequest {
   SearchOptions options;
 };
 
+// The compute profile's TP degrees worth measuring for comm's cluster: those of model (dividing its heads,
+// channels and vocabulary) above 1, up to the ranks of the fullest host (a TP group stays in its host).
+trainer::Result<std::vector<int>> profiledTpDegrees(hetcommComm_t comm, const trainer::ModelConfig& model);
+
 // Local: asks comm's cost model, moves no data (any rank may call it; every rank gets the same answer from the
 // same link figures).
 trainer::Result<SearchReport> planWorld(hetcommComm_t comm, const trainer::TrainConfig& config,

@@ -87,6 +87,12 @@ Result<std::vector<double>> memoryLimits(hetcommComm_t comm, const std::vector<u
   return limits;
 }
 
+bool launchedByALauncher() {
+  for (const char* v : {"HETCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 Result<Placement> placementOf(hetcommComm_t comm) {
   auto world = worldOf(comm);
   if (!world) return world.error();

@@ -30,6 +30,10 @@ Result<DeviceSpeeds> deviceSpeeds(hetcommComm_t comm, const std::vector<std::str
 Result<std::vector<double>> memoryLimits(hetcommComm_t comm, const std::vector<uint64_t>& given, bool fromTopology,
                                          std::string* source = nullptr);
 
+// Whether a launcher started this process (hetcomm-run, torchrun, Open MPI, PMIx, Slurm set a rank variable), so
+// hetcommCommInitFromEnv will find its ranks.
+bool launchedByALauncher();
+
 // Every rank's host and island (hetcommCommRankPlacement).
 Result<Placement> placementOf(hetcommComm_t comm);
 

@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "trainer/data_parallel.h"
+#include "trainer/devices.h"
 #include "trainer/options.h"
 #include "trainer/training.h"
 
@@ -19,17 +20,11 @@ namespace ht = hetcomm::trainer;
 
 namespace {
 
-bool launched() {
-  for (const char* v : {"HETCOMM_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"})
-    if (std::getenv(v)) return true;
-  return false;
-}
-
 // The launcher's ranks, or this process alone.
 hetcommComm_t initWorld() {
   hetcommComm_t comm = nullptr;
   hetcommResult_t rc;
-  if (launched()) {
+  if (ht::launchedByALauncher()) {
     rc = hetcommCommInitFromEnv(&comm);
   } else {
     hetcommUniqueId id;

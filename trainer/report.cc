@@ -126,6 +126,8 @@ nlohmann::json breakdownJson(const StepBreakdown& b) {
           {"pipeline_ms", b.pipelineS * 1e3},
           {"bubble", b.bubble},
           {"after_pipeline_ms", b.afterPipelineS * 1e3},
+          {"tp_comm_ms", b.tpCommS * 1e3},
+          {"pipe_comm_ms", b.pipelineCommS * 1e3},
           {"tokens_per_s", b.tokensPerS}};
 }
 
@@ -153,9 +155,11 @@ void printSummary(const SummaryInfo& s) {
     const StepBreakdown& m = s.measured;
     std::printf(
         "summary: predicted vs measured: step %.1f vs %.1f ms (%.2fx) | 1F1B %.1f vs %.1f ms | bubble %.1f%% vs "
-        "%.1f%% | after the pipeline %.1f vs %.1f ms | %s vs %s tok/s\n",
+        "%.1f%% | after the pipeline %.1f vs %.1f ms | tensor parallel %.1f vs %.1f ms | pipeline %.1f vs %.1f ms | "
+        "%s vs %s tok/s\n",
         p.stepS * 1e3, m.stepS * 1e3, m.stepS > 0 ? p.stepS / m.stepS : 0, p.pipelineS * 1e3, m.pipelineS * 1e3,
-        p.bubble * 100, m.bubble * 100, p.afterPipelineS * 1e3, m.afterPipelineS * 1e3, human(p.tokensPerS).c_str(),
+        p.bubble * 100, m.bubble * 100, p.afterPipelineS * 1e3, m.afterPipelineS * 1e3, p.tpCommS * 1e3,
+        m.tpCommS * 1e3, p.pipelineCommS * 1e3, m.pipelineCommS * 1e3, human(p.tokensPerS).c_str(),
         human(m.tokensPerS).c_str());
   }
   if (s.emulateCompute)

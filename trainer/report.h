@@ -65,6 +65,7 @@ class StepLog {
 // A step's breakdown, predicted (planner/step_sim.h) or measured (means over ranks and steps).
 struct StepBreakdown {
   double stepS = 0, pipelineS = 0, bubble = 0, afterPipelineS = 0, tokensPerS = 0;
+  double tpCommS = 0, pipelineCommS = 0;  // per step, mean over ranks
 };
 
 struct SummaryInfo {

@@ -257,14 +257,7 @@ planner::ComputeProfile Training::State::profile() {
   std::vector<int> sizes;
   for (int mb : {cfg.microBatch / 2, cfg.microBatch, cfg.microBatch * 2})
     if (mb >= 1 && cfg.globalBatch % mb == 0) sizes.push_back(mb);
-  // The TP degrees a plan could give a stage: up to the ranks of the fullest host.
-  std::vector<int> tps;
-  std::map<int, int> perHost;
-  for (int h : check(rank, placementOf(comm)).host) ++perHost[h];
-  int most = 1;
-  for (auto [h, n] : perHost) most = std::max(most, n);
-  for (int t = 2; t <= most; ++t)
-    if (cfg.model.nHead % t == 0 && cfg.model.dModel % t == 0 && cfg.model.vocabSize % t == 0) tps.push_back(t);
+  const std::vector<int> tps = check(rank, planner::profiledTpDegrees(comm, cfg.model));
   return check(rank, planner::measureProfile(cfg.model, sizes, tps, threads, planner::profileCacheDir()));
 }
 
@@ -295,7 +288,8 @@ void Training::State::planAutomatically() {
                     request.memoryLimits.empty() ? "" : memorySource.c_str());
       predictionText = line + planner::formatReport(*report, request);
       const planner::StepPrediction& p = best.prediction;
-      predicted = StepBreakdown{p.stepS, p.pipelineS, p.bubble, p.stepS - p.pipelineS, best.tokensPerS};
+      predicted = StepBreakdown{p.stepS,         p.pipelineS, p.bubble,       p.stepS - p.pipelineS,
+                                best.tokensPerS, p.tpCommS,   p.pipelineCommS};
     }
   }
   text = fromLead(text);
@@ -315,8 +309,13 @@ void Training::State::predict() {
   in.where = at;
   auto p = planner::predictStep(in, planner::predictedBy(comm));
   if (!p) die(rank, "--predict: " + p.error().message());
-  predicted = StepBreakdown{p->stepS, p->pipelineS, p->bubble, p->stepS - p->pipelineS,
-                            double(cfg.globalBatch) * cfg.model.seqLen / p->stepS};
+  predicted = StepBreakdown{p->stepS,
+                            p->pipelineS,
+                            p->bubble,
+                            p->stepS - p->pipelineS,
+                            double(cfg.globalBatch) * cfg.model.seqLen / p->stepS,
+                            p->tpCommS,
+                            p->pipelineCommS};
   char line[200];
   std::snprintf(line, sizeof line, "predicted: step %.1f ms, 1F1B %.1f ms, bubble %.1f%%, %s tok/s (%s)\n",
                 p->stepS * 1e3, p->pipelineS * 1e3, p->bubble * 100, human(predicted->tokensPerS).c_str(),
@@ -396,6 +395,9 @@ void Training::State::checkMemory() {
     if (lead)
       std::fprintf(stderr, "hetcomm-train [rank 0]: error: the plan does not fit --memory-limits:%s\n",
                    line.error().detail.c_str());
+    // Every rank leaves only once the lead has said why (a launcher stops the others when one exits).
+    std::vector<double> said{0.0};
+    worldSum(said);
     std::exit(1);
   }
   memoryLine = *line;
@@ -626,7 +628,8 @@ void Training::State::run() {
   s.tpMs = means[2] * perStep, s.p2pMs = means[3] * perStep, s.dpMs = means[4] * perStep;
   s.lastLoss = lastLoss, s.lastVal = lastVal, s.unigramNats = unigramNats;
   const double stepS = timedSteps ? totalTime / double(timedSteps) : 0;
-  s.measured = StepBreakdown{stepS, slowestPipe, s.bubble, stepS - slowestPipe, s.tokensPerS};
+  s.measured =
+      StepBreakdown{stepS, slowestPipe, s.bubble, stepS - slowestPipe, s.tokensPerS, s.tpMs / 1e3, s.p2pMs / 1e3};
   s.predicted = predicted;
   printSummary(s);
   if (!o.summaryJson.empty()) {
