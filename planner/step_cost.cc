@@ -202,7 +202,9 @@ class Builder {
   }
 
   // Uneven ZeRO-1 shares (trainer/data_parallel.h): a reduce rooted at each rank of its slice, and a broadcast
-  // of it from there; slices cut as the trainer cuts them.
+  // of it from there; slices cut as the trainer cuts them. Each is asked about rooted at the group's first rank:
+  // rooted elsewhere it is the same group in another order, which would cost the library a view (and a schedule
+  // synthesis) per root.
   Result<std::pair<double, double>> unevenBucketCost(size_t length, const std::vector<int>& dp,
                                                      const std::vector<double>& shares) const {
     const int R = static_cast<int>(dp.size());
@@ -212,11 +214,9 @@ class Builder {
       cum += shares[r];
       const size_t end = r + 1 == R ? length : static_cast<size_t>(std::llround(cum * double(length)));
       if (end > begin) {
-        std::vector<int> rooted(dp.begin() + r, dp.end());  // the root first
-        rooted.insert(rooted.end(), dp.begin(), dp.begin() + r);
-        auto red = time(hetcommCollReduce, end - begin, rooted);
+        auto red = time(hetcommCollReduce, end - begin, dp);
         if (!red) return red.error();
-        auto bc = time(hetcommCollBroadcast, end - begin, rooted);
+        auto bc = time(hetcommCollBroadcast, end - begin, dp);
         if (!bc) return bc.error();
         reduce += *red, gather += *bc;
       }
@@ -286,25 +286,33 @@ void shareReductions(const StepInputs& in, Sharing& sharing) {
 // the others on any of its links of the share of the 1F1B part they keep them busy.
 void sharePipeline(const StepInputs& in, const Usage& usage, double pipelineS, Sharing& sharing) {
   if (pipelineS <= 0) return;
-  std::vector<std::pair<std::vector<int>, std::set<std::pair<int, bool>>>> users;
-  for (const auto& [ranks, busy] : usage) users.push_back({ranks, linksOf(ranks, in.where)});
-  for (size_t i = 0; i < users.size(); ++i) {
-    if (users[i].second.empty()) continue;
+  std::vector<const std::vector<int>*> ranks;
+  std::vector<double> busy;                                 // share of the 1F1B part each keeps its links busy
+  std::map<std::pair<int, bool>, std::vector<int>> onLink;  // link -> the users on it
+  std::vector<std::set<std::pair<int, bool>>> links;
+  for (const auto& [r, b] : usage) {
+    const int i = static_cast<int>(ranks.size());
+    ranks.push_back(&r);
+    busy.push_back(std::min(1.0, b / pipelineS));
+    links.push_back(linksOf(r, in.where));
+    for (const auto& link : links.back()) onLink[link].push_back(i);
+  }
+  std::vector<int> seen(ranks.size(), -1);  // the last user i that counted j
+  for (size_t i = 0; i < ranks.size(); ++i) {
     double slow = 1;
-    for (size_t j = 0; j < users.size(); ++j) {
-      if (i == j) continue;
-      const bool shares = std::any_of(users[j].second.begin(), users[j].second.end(),
-                                      [&](const auto& link) { return users[i].second.count(link) > 0; });
-      if (shares) slow += std::min(1.0, usage.at(users[j].first) / pipelineS);
-    }
-    if (slow > 1) {
-      sharing[users[i].first] = slow;
-      // A transfer's messages are asked about pair by pair: each pair of its two groups' ranks.
-      const std::vector<int>& r = users[i].first;
-      for (size_t a = 0; a < r.size(); ++a)
-        for (size_t b = 0; b < r.size(); ++b)
-          if (a != b && !sharing.count({r[a], r[b]})) sharing[{r[a], r[b]}] = slow;
-    }
+    for (const auto& link : links[i])
+      for (int j : onLink[link])
+        if (j != static_cast<int>(i) && seen[j] != static_cast<int>(i)) {
+          seen[j] = static_cast<int>(i);
+          slow += busy[j];
+        }
+    if (slow <= 1) continue;
+    const std::vector<int>& r = *ranks[i];
+    sharing[r] = slow;
+    // A transfer's messages are asked about pair by pair: each pair of its two groups' ranks.
+    for (size_t a = 0; a < r.size(); ++a)
+      for (size_t b = 0; b < r.size(); ++b)
+        if (a != b && !sharing.count({r[a], r[b]})) sharing[{r[a], r[b]}] = slow;
   }
 }
 

@@ -3,7 +3,7 @@
 # 8192-wide model (configs/llm-80l.json: about 65 billion parameters) on
 #   1024 devices: 128 hosts of 8, four device types (H100, A100 40G, L40S, V100) in runs of 32 hosts, InfiniBand
 #                 and RoCE islands of 16 hosts each, and a 100 Gbit/s Ethernet joining every host;
-#   16 devices:   2 hosts of 8 (H100, A100), one InfiniBand island each, joined by Ethernet.
+#   16 devices:   2 hosts of 8 (H100, A100 80G) on one InfiniBand fabric and an Ethernet (global batch 64).
 # Each run: hetcomm-plan --synthetic under `taskset -c 0` and /usr/bin/time; it prints the wall time of the search
 # (the planner's own figure, and the whole process's), the largest resident set, how many structures were
 # estimated and plans simulated, and the best plan.
@@ -35,16 +35,19 @@ command -v taskset >/dev/null || die "taskset not found (util-linux)"
 LOG_DIR=$BUILD/compare/logs/planner-scale-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$LOG_DIR"
 
+# 16 devices hold the model only with a smaller global batch (the trainer keeps every micro-batch's boundary
+# activations): 64 sequences.
+declare -A BATCH=([1024]=1024 [16]=64)
 declare -A SPEC=(
   [1024]="hosts=128,ranks=8,islands=16,types=H100:989:80G/A100:312:40G/L40S:362:48G/V100:125:32G,fast=ib:400000/roce:200000,slow=eth:100000"
-  [16]="hosts=2,ranks=8,islands=1,types=H100:989:80G/A100:312:40G,fast=ib:400000,slow=eth:100000"
+  [16]="hosts=2,ranks=8,islands=1,types=H100:989:80G/A100:312:80G,fast=ib:400000,slow=eth:100000"
 )
 : >"$LOG_DIR/samples.tsv"
 for devices in 16 1024; do
   for ((r = 1; r <= ROUNDS; r++)); do
     log=$LOG_DIR/plan-$devices.r$r.log
     taskset -c 0 /usr/bin/time -v "$PLAN" --config "$REPO_ROOT/configs/llm-80l.json" --synthetic "${SPEC[$devices]}" \
-      --top 1 >"$log" 2>&1 || { tail -20 "$log" >&2; die "hetcomm-plan failed ($devices devices)"; }
+      --global-batch "${BATCH[$devices]}" --top 1 >"$log" 2>&1 || { tail -20 "$log" >&2; die "hetcomm-plan failed ($devices devices)"; }
     python3 - "$log" "$devices" "$r" >>"$LOG_DIR/samples.tsv" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
