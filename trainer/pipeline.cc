@@ -12,9 +12,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-#define TRY_HC(call, comm)                                     \
-  do {                                                         \
-    hetcommResult_t r_ = (call);                               \
+#define TRY_HC(call, comm)                                       \
+  do {                                                           \
+    hetcommResult_t r_ = (call);                                 \
     if (r_ != hetcommSuccess) return commError(#call, r_, comm); \
   } while (0)
 
@@ -88,21 +88,25 @@ int Pipeline::slotsFor(int stage, int stages, int microBatches) {
   return std::max(1, std::min(stages - stage, microBatches));
 }
 
+int Pipeline::boundaryBuffers(int stage, int stages, int microBatches) {
+  return std::max(1, std::min(microBatches, slotsFor(stage, stages, microBatches) + 1));
+}
+
 size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages) {
   const size_t act = size_t(maxBatch) * cfg.seqLen * cfg.dModel;  // as the constructor's
-  const size_t floats = act * (size_t(microBatches) * ((stage + 1 < stages) + (stage > 0)) + 3) +
-                        (stage + 1 < stages ? act : 0);
+  const size_t buffers = size_t(boundaryBuffers(stage, stages, microBatches));
+  const size_t floats = act * (buffers * ((stage + 1 < stages) + (stage > 0)) + 3) + (stage + 1 < stages ? act : 0);
   return floats * sizeof(float);
 }
 
 Pipeline::Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches)
-    : g_(groups), model_(model), C_(cfg.dModel), T_(cfg.seqLen), stage_(groups.role().stage),
-      stages_(groups.stages()) {
+    : g_(groups), model_(model), C_(cfg.dModel), T_(cfg.seqLen), stage_(groups.role().stage), stages_(groups.stages()) {
   const size_t act = size_t(maxBatch) * T_ * C_;
   hetcommStreamCreate(&fwdStream_);
   hetcommStreamCreate(&bwdStream_);
-  outs_.assign(microBatches, std::vector<float>(stage_ + 1 < stages_ ? act : 0));
-  dins_.assign(microBatches, std::vector<float>(stage_ > 0 ? act : 0));
+  const int buffers = boundaryBuffers(stage_, stages_, microBatches);
+  outs_.assign(buffers, std::vector<float>(stage_ + 1 < stages_ ? act : 0));
+  dins_.assign(buffers, std::vector<float>(stage_ > 0 ? act : 0));
   in_.resize(act);
   dout_.resize(act);
   slice_.resize(act);
@@ -121,8 +125,7 @@ Result<void> Pipeline::sendBoundary(const float* buf, size_t floats, int toStage
   const int mine = static_cast<int>(g_.stageRanks(stage_).size()), k = g_.role().tpRank;
   const size_t n = floats / to.size();
   for (size_t j = 0; j < to.size(); ++j)
-    if (static_cast<int>(j) % mine == k)
-      TRY_HC(hetcommSend(buf + j * n, n, hetcommFloat32, to[j], comm, stream), comm);
+    if (static_cast<int>(j) % mine == k) TRY_HC(hetcommSend(buf + j * n, n, hetcommFloat32, to[j], comm, stream), comm);
   return {};
 }
 
@@ -158,30 +161,43 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     return r;
   };
 
+  // Boundary buffers are reused round-robin, micro-batch i in buffer i mod K (K = boundaryBuffers). A buffer is
+  // written again only when its last send has been received:
+  //   - an activation sent in forward(i - K): this stage has since finished backward(i - 1 - warmup), whose
+  //     gradient the next stage computed from all of activation i - 1 - warmup >= i - K (K >= warmup + 1);
+  //   - an input gradient sent in backward(i - K): in the 1F1B loop, with the previous stage one warmup ahead
+  //     (stages - stage <= M), this stage's forward(i + warmup) took an activation the previous stage sent after
+  //     its backward(i - 2) >= backward(i - K). Elsewhere (the cool-down, or warmups capped by M) nothing says so,
+  //     and the backward stream is drained first.
+  const int K = static_cast<int>(outs_.size());
+  const bool previousOneAhead = stages_ - stage_ <= M;
   auto forward = [&](int i) -> Result<void> {
     const size_t floats = size_t(micro[i].sequences) * T_ * C_;
+    float* out = last ? nullptr : outs_[i % K].data();
     if (!first)
       if (auto r = recvBoundary(in_.data(), floats, stage_ - 1, g_.fwd()); !r) return r;
     auto loss = timed([&] {
-      return model_.forwardStage(i % slots, params, micro[i].tokens, in_.data(), micro[i].targets,
-                                 micro[i].sequences, last ? nullptr : outs_[i].data());
+      return model_.forwardStage(i % slots, params, micro[i].tokens, in_.data(), micro[i].targets, micro[i].sequences,
+                                 out);
     });
     if (!loss) return loss.error();
     lossSum += *loss * micro[i].sequences;
-    if (!last) return sendBoundary(outs_[i].data(), floats, stage_ + 1, g_.fwd(), fwdStream_);
+    if (!last) return sendBoundary(out, floats, stage_ + 1, g_.fwd(), fwdStream_);
     return {};
   };
-  auto backward = [&](int i) -> Result<void> {
+  auto backward = [&](int i, bool inLoop) -> Result<void> {
     const size_t floats = size_t(micro[i].sequences) * T_ * C_;
     if (!last)
       if (auto r = recvBoundary(dout_.data(), floats, stage_ + 1, g_.bwd()); !r) return r;
+    float* din = first ? nullptr : dins_[i % K].data();
+    if (din && i >= K && !(inLoop && previousOneAhead)) TRY_HC(hetcommStreamSynchronize(bwdStream_), g_.bwd());
     if (auto r = timed([&] {
-          return model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(),
-                                      first ? nullptr : dins_[i].data(), i + 1 == M ? groupDone : nullptr);
+          return model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(), din,
+                                      i + 1 == M ? groupDone : nullptr);
         });
         !r)
       return r;
-    if (!first) return sendBoundary(dins_[i].data(), floats, stage_ - 1, g_.bwd(), bwdStream_);
+    if (!first) return sendBoundary(din, floats, stage_ - 1, g_.bwd(), bwdStream_);
     return {};
   };
 
@@ -189,10 +205,10 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     if (auto r = forward(i); !r) return r.error();
   for (int i = warmup; i < M; ++i) {
     if (auto r = forward(i); !r) return r.error();
-    if (auto r = backward(i - warmup); !r) return r.error();
+    if (auto r = backward(i - warmup, true); !r) return r.error();
   }
   for (int i = M - warmup; i < M; ++i)
-    if (auto r = backward(i); !r) return r.error();
+    if (auto r = backward(i, false); !r) return r.error();
   // The sent buffers are reused next step.
   TRY_HC(hetcommStreamSynchronize(fwdStream_), g_.fwd());
   TRY_HC(hetcommStreamSynchronize(bwdStream_), g_.bwd());

@@ -43,7 +43,7 @@ class HybridGroups {
   const Role& role() const { return role_; }
   int stages() const { return stages_; }
   hetcommComm_t dp() const { return dp_; }
-  hetcommComm_t tied() const { return tied_; }  // null unless this rank is on the first or last of >= 2 stages
+  hetcommComm_t tied() const { return tied_; }         // null unless this rank is on the first or last of >= 2 stages
   TpGroup* tpGroup() const { return tpGroup_.get(); }  // null at TP degree 1
   hetcommComm_t tp() const { return tp_; }
   hetcommComm_t fwd() const { return fwd_; }
@@ -89,6 +89,9 @@ class Pipeline {
                       const std::function<void(double, double)>& computeHook);
   // Bytes of the buffers a pipeline of these shapes holds (for memory limits).
   static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages);
+  // Boundary buffers of each kind (activations sent, input gradients sent) a stage keeps: the micro-batches in
+  // flight and one more, reused round-robin (at most one per micro-batch).
+  static int boundaryBuffers(int stage, int stages, int microBatches);
   // Forward only (evaluation), one micro-batch after another: the sum of loss * sequences on the last stage.
   Result<double> evaluate(const float* params, const std::vector<MicroBatch>& micro);
 
@@ -100,7 +103,7 @@ class Pipeline {
   StageModel& model_;
   int C_, T_, stage_, stages_;
   hetcommStream_t fwdStream_ = nullptr, bwdStream_ = nullptr;
-  std::vector<std::vector<float>> outs_, dins_;  // per micro-batch: sent activations / input gradients
+  std::vector<std::vector<float>> outs_, dins_;  // boundaryBuffers of each: sent activations / input gradients
   std::vector<float> in_, dout_, slice_, evalOut_;
 };
 

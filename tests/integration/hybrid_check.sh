@@ -7,7 +7,7 @@
 # and that the role table is printed, and that bad plans and options are refused with a message that says why.
 # Also: checkpoints of any plan resume exactly, and under another plan; --emulate-compute runs a plan with no math and says so; --memory-limits accepts a plan that fits and
 # refuses one that does not, naming the rank and its numbers; a topology file's GPU peaks give device speeds;
-# --plan auto (2 and 4 ranks, real and emulated compute) and --predict.
+# --plan auto (2 and 4 ranks, real and emulated compute) and --predict; 16 micro-batches through 4 stages.
 set -uo pipefail
 bin=$1
 src=$2
@@ -36,6 +36,14 @@ matches naive 4 "TP2xPP2, naive assignment" --tp 2 --pp 2 --assignment naive
 matches zshares 4 "DP2xPP2 with ZeRO-1 shares 3:1 (by memory)" --plan "$plans/dp2pp2-zero-shares.json"
 matches speeds 2 "PP2 with device speeds 1, 0.5" --pp 2 --device-speeds 1,0.5
 
+# Many micro-batches (16 of 1): the stages reuse their boundary buffers round-robin (one more than in flight), under
+# uneven speeds that reorder who waits for whom; the losses stay the single process's.
+saved=("${small[@]}")
+small=("${small[@]:0:10}" --micro-batch 1 --global-batch 16 "${small[@]:14}")
+train one16 1; check "1 rank, 16 micro-batches runs" $?
+train pp4many 4 --pp 4 --device-speeds 0.4,1,0.6,1; check "PP4, 16 micro-batches runs" $?
+compare one16 pp4many 1e-4; check "PP4 with 16 micro-batches and reused boundary buffers: the single process's losses" $?
+small=("${saved[@]}")
 grep -q "rank  host  island  replica  stage  tp_rank" "$work/tp2pp2.log"; check "the role table is printed" $?
 grep -q "pipeline bubble" "$work/tp2pp2.log"; check "the bubble fraction is reported" $?
 grep -q "emulated" "$work/speeds.log"; check "emulated speeds are marked" $?
