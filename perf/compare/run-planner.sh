@@ -226,7 +226,7 @@ if only in ("", "quality"):
     json.dump({"data_parallel": 8, "micro_batches": per, "stages": [{"layers": n_layer}]}, open(hand, "w"))
     limits = ",".join(["1G"] * 4 + [slow_memory] * 4)
     configs = {
-        "auto": ["--plan", "auto"],
+        "auto": ["--plan", "auto", "--micro-batch", "2"],  # the sizes it tries: 1, 2 and 4, as the others run 2
         "hand": ["--plan", hand, "--micro-batch", "2"],
         "megatron": ["--tp", "2", "--pp", "2", "--micro-batch", "2"],
         "naive": ["--tp", "2", "--pp", "2", "--micro-batch", "2", "--assignment", "naive"],
