@@ -9,8 +9,7 @@ namespace hetcomm::trainer {
 
 EmulatedStage::EmulatedStage(const ModelConfig& cfg, const Shard& shard, int maxBatch, int slots, TpGroup* tp,
                              double flopsPerSecond)
-    : cfg_(cfg), shard_(shard), tp_(shard.tp > 1 ? tp : nullptr), rate_(flopsPerSecond),
-      batch_(std::max(1, slots), 0) {
+    : cfg_(cfg), shard_(shard), tp_(shard.tp > 1 ? tp : nullptr), rate_(flopsPerSecond), batch_(std::max(1, slots), 0) {
   if (shard.tp > 1 && tp == nullptr)
     throw std::invalid_argument("EmulatedStage: a tensor-parallel shard needs its TP group");
   if (!(flopsPerSecond > 0)) throw std::invalid_argument("EmulatedStage: the device rate must be positive");
@@ -43,8 +42,8 @@ void EmulatedStage::wait(double flops) {
 
 Result<void> EmulatedStage::sum(size_t n) { return tp_ ? tp_->sum(scratch_.data(), n) : Result<void>{}; }
 
-Result<double> EmulatedStage::forwardStage(int slot, const float*, const int32_t*, const float*, const int32_t*,
-                                           int B, float*) {
+Result<double> EmulatedStage::forwardStage(int slot, const float*, const int32_t*, const float*, const int32_t*, int B,
+                                           float*) {
   batch_[slot] = B;
   tokens_ = size_t(B) * cfg_.seqLen;
   const size_t stream = tokens_ * cfg_.dModel;

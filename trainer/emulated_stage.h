@@ -42,10 +42,10 @@ class EmulatedStage final : public StageModel {
   Shard shard_;
   TpGroup* tp_;
   double rate_, waited_ = 0;
-  double overslept_ = 0;           // seconds slept beyond the waits so far (negative: owed)
-  size_t tokens_ = 0;              // of the micro-batch being run
-  std::vector<int> batch_;         // sequences per slot
-  std::vector<float> scratch_;     // what the TP reductions carry: the right size, contents unused
+  double overslept_ = 0;        // seconds slept beyond the waits so far (negative: owed)
+  size_t tokens_ = 0;           // of the micro-batch being run
+  std::vector<int> batch_;      // sequences per slot
+  std::vector<float> scratch_;  // what the TP reductions carry: the right size, contents unused
 };
 
 }  // namespace hetcomm::trainer

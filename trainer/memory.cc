@@ -42,10 +42,9 @@ Result<std::string> fitMemory(const std::vector<MemoryNeed>& needs, const std::v
     const Role role = r < roles.of.size() ? roles.of[r] : Role{};
     refused += "\n  rank " + std::to_string(r) + " (replica " + std::to_string(role.replica) + ", stage " +
                std::to_string(role.stage) + ", tp rank " + std::to_string(role.tpRank) + ") needs " +
-               bytesText(n.total()) + " > its limit " + bytesText(limits[r]) + ": parameters " +
-               bytesText(n.params) + ", gradients " + bytesText(n.grads) + ", AdamW state " +
-               bytesText(n.optimizer) + ", activations " + bytesText(n.activations) + ", pipeline buffers " +
-               bytesText(n.buffers);
+               bytesText(n.total()) + " > its limit " + bytesText(limits[r]) + ": parameters " + bytesText(n.params) +
+               ", gradients " + bytesText(n.grads) + ", AdamW state " + bytesText(n.optimizer) + ", activations " +
+               bytesText(n.activations) + ", pipeline buffers " + bytesText(n.buffers);
   }
   if (!refused.empty()) return Error{.source = "--memory-limits", .detail = refused};
   if (needs.empty() || limits.empty()) return std::string("memory: no rank to check\n");

@@ -30,7 +30,7 @@ class AdamW {
   const std::vector<std::pair<size_t, size_t>>& owned() const { return owned_; }
 
  private:
-  struct Run {  // a piece of one tensor inside one owned range
+  struct Run {                     // a piece of one tensor inside one owned range
     size_t offset, length, state;  // flat offset, floats, index into m_/v_
     bool decay;
     bool inNorm;  // ParamTensor::inNorm

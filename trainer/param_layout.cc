@@ -63,7 +63,13 @@ std::vector<Spec> groupSpecs(const ModelConfig& m, int group, const Shard& sh) {
       whole({p + "ln_2.bias", {C}, false, I::kZero}),
       {p + "mlp.fc.weight", {4 * C / t, C}, true, I::kNormal, "", Cut::kRows, rowsOf(4 * C, 1)},
       {p + "mlp.fc.bias", {4 * C / t}, false, I::kZero, "", Cut::kRows, rowsOf(4 * C, 1)},
-      {p + "mlp.proj.weight", {C, 4 * C / t}, true, I::kResidualProj, "", Cut::kCols, {},
+      {p + "mlp.proj.weight",
+       {C, 4 * C / t},
+       true,
+       I::kResidualProj,
+       "",
+       Cut::kCols,
+       {},
        {k * 4 * C / t, (k + 1) * 4 * C / t}},
       whole({p + "mlp.proj.bias", {C}, false, I::kZero}),
   };
@@ -73,8 +79,10 @@ std::vector<Spec> groupSpecs(const ModelConfig& m, int group, const Shard& sh) {
 // into the full one (!toShard).
 void mapTensor(const ParamTensor& st, float* shardBuf, const ParamTensor& ft, float* fullBuf, bool toShard) {
   auto move = [&](float* s, float* f, size_t n) {
-    if (toShard) std::copy(f, f + n, s);
-    else for (size_t i = 0; i < n; ++i) f[i] += s[i];
+    if (toShard)
+      std::copy(f, f + n, s);
+    else
+      for (size_t i = 0; i < n; ++i) f[i] += s[i];
   };
   float* s = shardBuf + st.offset;
   float* f = fullBuf + ft.offset;
@@ -104,10 +112,14 @@ void mapTensor(const ParamTensor& st, float* shardBuf, const ParamTensor& ft, fl
 ParamLayout::ParamLayout(const ModelConfig& model, size_t bucketBytes, int align)
     : ParamLayout(model, Shard{}, bucketBytes, align) {}
 
-ParamLayout::ParamLayout(const ModelConfig& model, const Shard& shard, size_t bucketBytes, int align)
-    : shard_(shard) {
-  if (shard_.layers < 0) shard_ = Shard{.firstLayer = 0, .layers = model.nLayer, .embedding = true, .head = true,
-                                        .tp = shard.tp, .tpRank = shard.tpRank};
+ParamLayout::ParamLayout(const ModelConfig& model, const Shard& shard, size_t bucketBytes, int align) : shard_(shard) {
+  if (shard_.layers < 0)
+    shard_ = Shard{.firstLayer = 0,
+                   .layers = model.nLayer,
+                   .embedding = true,
+                   .head = true,
+                   .tp = shard.tp,
+                   .tpRank = shard.tpRank};
   groups_ = model.nLayer + 2;
   const size_t a = static_cast<size_t>(align < 1 ? 1 : align);
   // The groups this shard holds: [lo, hi].

@@ -33,8 +33,8 @@ struct ParamTensor {
   std::vector<int64_t> shape;  // row-major
   size_t offset = 0;           // in floats, into the flat buffer
   size_t numel = 0;
-  int group = 0;               // 0 embeddings, 1 + layer, nLayer + 1 final LayerNorm
-  bool decay = false;          // AdamW weight decay: matrices yes, biases and norms no
+  int group = 0;       // 0 embeddings, 1 + layer, nLayer + 1 final LayerNorm
+  bool decay = false;  // AdamW weight decay: matrices yes, biases and norms no
   enum class Init { kNormal, kResidualProj, kZero, kOne } init = Init::kNormal;
   // Where it lies in the full model's tensor `fullName`: all of it, some of its rows (runs of rows, in order),
   // or the columns [cols.first, cols.second) of every row.
@@ -57,8 +57,8 @@ struct Shard {
 };
 
 struct Bucket {
-  size_t offset = 0;  // floats, into the flat buffer
-  size_t length = 0;  // floats, a multiple of the layout's align (padding included)
+  size_t offset = 0;                  // floats, into the flat buffer
+  size_t length = 0;                  // floats, a multiple of the layout's align (padding included)
   int firstGroup = 0, lastGroup = 0;  // inclusive; the backward pass completes lastGroup first
 };
 
@@ -100,7 +100,19 @@ void addToFull(const ParamLayout& shard, const float* shardBuf, const ParamLayou
 
 // Names of one block's tensors, in layout order (the model reads them by index).
 enum BlockTensor : int {
-  kLn1W, kLn1B, kQkvW, kQkvB, kAttnProjW, kAttnProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockTensors
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kAttnProjW,
+  kAttnProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kBlockTensors
 };
 
 }  // namespace hetcomm::trainer

@@ -2,10 +2,9 @@
 
 #include <array>
 #include <cstring>
-#include <type_traits>
 #include <map>
-
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "trainer/checkpoint.h"
 
@@ -30,7 +29,8 @@ Result<int64_t> metaInt(const Checkpoint& ckpt, const std::string& key) {
     if (used == it->second.size() && v >= 0) return static_cast<int64_t>(v);
   } catch (const std::exception&) {
   }
-  return Error{.source = ckpt.source, .field = "metadata '" + key + "'",
+  return Error{.source = ckpt.source,
+               .field = "metadata '" + key + "'",
                .detail = "'" + it->second + "' is not a non-negative integer"};
 }
 
@@ -59,14 +59,16 @@ Result<TrainState> loadTrainState(const std::string& path, const ParamLayout& la
   if (!ckpt) return ckpt.error();
   auto fmt = ckpt->metadata.find("format");
   if (fmt == ckpt->metadata.end() || fmt->second != "hetcomm-train 1")
-    return Error{.source = ckpt->source, .field = "metadata 'format'",
+    return Error{.source = ckpt->source,
+                 .field = "metadata 'format'",
                  .detail = "not a hetcomm-train checkpoint (expected 'hetcomm-train 1')"};
   // The model must be the same; the optimizer and schedule settings may change on resume.
   try {
     auto saved = configFromJson(nlohmann::json::parse(ckpt->metadata.at("config")), ckpt->source + ": config");
     if (!saved) return saved.error();
     if (!(saved->model == cfg.model))
-      return Error{.source = ckpt->source, .field = "model",
+      return Error{.source = ckpt->source,
+                   .field = "model",
                    .detail = "the checkpoint's model " + toJson(saved->model).dump() + " differs from this run's " +
                              toJson(cfg.model).dump()};
   } catch (const std::exception& e) {

@@ -16,9 +16,9 @@
 namespace hetcomm::trainer {
 
 struct TrainState {
-  int64_t step = 0;       // steps completed
-  int64_t adamSteps = 0;  // AdamW's t
-  DataPosition data;      // the training loader's position after `step` steps
+  int64_t step = 0;                 // steps completed
+  int64_t adamSteps = 0;            // AdamW's t
+  DataPosition data;                // the training loader's position after `step` steps
   std::vector<float> params, m, v;  // whole flat buffers (ParamLayout order, padding zero)
 };
 
