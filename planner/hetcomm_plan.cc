@@ -19,9 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +29,7 @@
 #include "trainer/config.h"
 #include "trainer/data_parallel.h"
 #include "trainer/devices.h"
+#include "trainer/json_input.h"
 
 namespace hp = hetcomm::planner;
 namespace ht = hetcomm::trainer;
@@ -46,14 +45,6 @@ template <class T>
 T check(ht::Result<T> r) {
   if (!r) die(r.error().message());
   if constexpr (!std::is_void_v<T>) return std::move(*r);
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) die("cannot read --cluster file " + path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 nlohmann::json candidateJson(const hp::PlanCandidate& p, double bound) {
@@ -125,7 +116,8 @@ int main(int argc, char** argv) {
   hetcommComm_t comm = nullptr;
   int rank = 0;
   if (!clusterPath.empty() || !synthetic.empty()) {
-    const std::string text = clusterPath.empty() ? check(hp::syntheticClusterJson(synthetic)) : readFile(clusterPath);
+    const std::string text = clusterPath.empty() ? check(hp::syntheticClusterJson(synthetic))
+                                                 : check(ht::readTextFile(clusterPath, "--cluster " + clusterPath));
     if (!printCluster.empty()) {
       std::ofstream(printCluster) << text;
       std::printf("cluster written to %s\n", printCluster.c_str());
