@@ -209,9 +209,16 @@ Status launch(Communicator* c, std::shared_ptr<Op> op) {
       return st;
     }
   }
+  // An asynchronous op that is first in line is started on this thread; behind others, the thread that runs
+  // those (the engine, or a caller waiting for them) takes it in turn.
+  const bool first = c->idle();
   HC_TRY(submit(c, op));
-  if (op->stream) return okStatus();
-  return waitOp(op);
+  if (!op->stream) return waitOp(op);
+  if (first)
+    Engine::get().start([&] { return op->finished(); });
+  else
+    Engine::get().wake();
+  return okStatus();
 }
 
 Status collective(coll::CollKind kind, const void* send, void* recv, size_t count, hetcommDataType_t dtype,
@@ -323,7 +330,7 @@ Status groupEnd() {
     }
   }
   Status first;
-  std::vector<std::shared_ptr<Op>> waits;
+  std::vector<std::shared_ptr<Op>> waits, started;
   for (auto& p : ops) {
     Status st;
     if (p.op->args.kind == coll::CollKind::kSendRecv) {
@@ -335,8 +342,10 @@ Status groupEnd() {
       if (first.ok()) first = st;
       continue;
     }
-    if (!p.op->stream) waits.push_back(p.op);
+    (p.op->stream ? started : waits).push_back(p.op);
   }
+  if (!started.empty())
+    Engine::get().start([&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });
   for (auto& op : waits) {
     Status st = waitOp(op);
     if (!st.ok() && first.ok()) first = st;

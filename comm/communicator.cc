@@ -605,7 +605,7 @@ Status Communicator::enqueue(std::shared_ptr<Op> op) {
     if (op->stream) op->stream->pending.fetch_add(1);
     queue_.push_back(std::move(op));
   }
-  Engine::get().wake();
+  // No wake-up here: the caller either waits for the op (and drives it) or starts it (Engine::start).
   return okStatus();
 }
 
@@ -627,23 +627,29 @@ void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
 
 Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   const coll::GroupView& g = group_;
-  HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(op.args, g, forcedAlgo_));
-  op.predictedUs = sel.predictedUs;
-  const coll::Algorithm* algo = sel.algo;
-  if (op.args.kind == coll::CollKind::kSendRecv) {
-    HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(op.args, g));
+  const coll::Args& a = op.args;
+  if (a.kind == coll::CollKind::kSendRecv) {
+    HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(a, g, forcedAlgo_));
+    op.predictedUs = sel.predictedUs;
+    HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
     return std::make_shared<const coll::Schedule>(std::move(s));
   }
-  const coll::Args& a = op.args;
-  std::string key = format("%d/%zu/%d/%d/%d/%d/%.*s", (int)a.kind, a.count, (int)a.dtype, (int)a.op, a.root,
-                           (int)a.inPlace, (int)algo->name().size(), algo->name().data());
-  if (auto it = plans_.find(key); it != plans_.end()) return it->second;
-  HC_ASSIGN_OR_RETURN(coll::Schedule s, algo->plan(a, g));
+  // The choice and the schedule depend only on these arguments: a repeated call (the common case, and the one
+  // whose latency matters) costs one lookup, not a pass over the cost model.
+  const PlanKey key{a.count, static_cast<uint8_t>(a.kind), static_cast<uint8_t>(a.dtype), static_cast<uint8_t>(a.op),
+                    a.inPlace, a.root};
+  if (auto it = plans_.find(key); it != plans_.end()) {
+    op.predictedUs = it->second.predictedUs;
+    return it->second.plan;
+  }
+  HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(a, g, forcedAlgo_));
+  op.predictedUs = sel.predictedUs;
+  HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
   auto plan = std::make_shared<const coll::Schedule>(std::move(s));
   if (plans_.size() >= kMaxCachedPlans) plans_.clear();
-  plans_.emplace(std::move(key), plan);
-  HC_TRACE(Coll, "%s: algorithm %.*s, %zu steps, %s scratch", a.describe().c_str(), (int)algo->name().size(),
-           algo->name().data(), plan->steps.size(), humanBytes(plan->scratchBytes).c_str());
+  plans_.emplace(key, CachedPlan{plan, sel.predictedUs});
+  HC_TRACE(Coll, "%s: algorithm %.*s, %zu steps, %s scratch", a.describe().c_str(), (int)sel.algo->name().size(),
+           sel.algo->name().data(), plan->steps.size(), humanBytes(plan->scratchBytes).c_str());
   return plan;
 }
 

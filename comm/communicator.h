@@ -71,7 +71,9 @@ class Communicator {
   // Fails queued work now, tells the peers, leaves the engine, closes everything.
   void abort();
 
-  // Engine thread only: advance the current operation; true when anything moved.
+  // No operation queued or running (any thread).
+  bool idle();
+  // The thread running a pass (Engine) only: advance the current operation; true when anything moved.
   bool progressOnce();
   // Engine thread only: the deadline of the running operation (never when idle).
   Deadline deadline() const;
@@ -114,7 +116,6 @@ class Communicator {
   Status initError;
 
  private:
-  bool idle();
   void setBusy(bool busy);
   void logAlgorithmTable() const;
   void logTransportChoices() const;
@@ -182,7 +183,27 @@ class Communicator {
   using ScratchPtr = std::unique_ptr<std::byte[], AlignedDelete>;
   ScratchPtr scratch_;
   size_t scratchBytes_ = 0;
-  std::unordered_map<std::string, std::shared_ptr<const coll::Schedule>> plans_;
+  // Schedules of the collectives called so far, by their arguments.
+  struct PlanKey {
+    size_t count;
+    uint8_t kind, dtype, op;
+    bool inPlace;
+    int root;
+    bool operator==(const PlanKey&) const = default;
+  };
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const noexcept {
+      uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
+      h ^= (uint64_t{k.kind} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t{k.op} << 24) ^
+           (uint64_t{k.inPlace} << 20) ^ static_cast<uint32_t>(k.root);
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
+  struct CachedPlan {
+    std::shared_ptr<const coll::Schedule> plan;
+    double predictedUs = 0;
+  };
+  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
   std::string forcedAlgo_;
   size_t chunkBytes_ = 0;
   double currentStartSec_ = 0;

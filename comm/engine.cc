@@ -1,5 +1,6 @@
 #include "comm/engine.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -8,16 +9,34 @@
 
 #include "comm/communicator.h"
 #include "common/log.h"
+#include "common/param.h"
 
 namespace hetcomm::comm {
+
+// How long a waiting caller polls without movement before it sleeps. Measured on 2 cores (issue 18): a small
+// collective's reply from a peer that is inside the same call arrives within microseconds, while every sleep costs
+// a wake-up on both sides; past a few hundred microseconds the peer is not in the call yet and polling only burns
+// the core.
+HC_PARAM_INT(spinUsParam, "SPIN_US", 200)
 
 namespace {
 // Upper bound on one sleep, so a lost wake-up can cost at most this much (none is expected).
 constexpr int kMaxSleepMs = 1000;
+// What the caller of an asynchronous operation spends starting it: enough for a small operation to finish when
+// the peers are in it too, short enough that the call still returns at once.
+constexpr auto kStartBudget = std::chrono::microseconds(20);
+// How long the engine thread keeps passing before it sleeps: a reply often comes within microseconds.
+constexpr auto kEngineSpin = std::chrono::microseconds(5);
+
+void relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
 }  // namespace
 
 Engine& Engine::get() {
-  // Never destroyed: the thread may still be sleeping in epoll when the process exits.
+  // Never destroyed: the thread may still be sleeping when the process exits.
   static Engine* engine = new Engine();
   return *engine;
 }
@@ -43,7 +62,7 @@ Status Engine::attach(Communicator* comm, const std::vector<int>& fds) {
     if (epoll_ctl(epollFd_, EPOLL_CTL_ADD, fd, &ev) != 0) return errnoStatus(errno, "engine: epoll_ctl add");
   }
   {
-    std::lock_guard<std::mutex> lock(commsMu_);
+    std::scoped_lock lock(passMu_, commsMu_);
     comms_.push_back(comm);
   }
   wake();
@@ -52,19 +71,31 @@ Status Engine::attach(Communicator* comm, const std::vector<int>& fds) {
 
 void Engine::detach(Communicator* comm, const std::vector<int>& fds) {
   {
-    std::lock_guard<std::mutex> lock(commsMu_);
+    // Taking passMu_ waits for a pass that may still use comm to end.
+    std::scoped_lock lock(passMu_, commsMu_);
     comms_.erase(std::remove(comms_.begin(), comms_.end(), comm), comms_.end());
   }
   for (int fd : fds)
     if (fd >= 0) epoll_ctl(epollFd_, EPOLL_CTL_DEL, fd, nullptr);
-  // A pass that started before the erase may still hold comm: wait for it to end.
-  std::lock_guard<std::mutex> pass(passMu_);
 }
 
 void Engine::wake() {
-  uint64_t one = 1;
-  ssize_t rc = ::write(wakeFd_, &one, sizeof(one));
-  (void)rc;  // a full counter already means "wake up"
+  wakeSeq_.fetch_add(1, std::memory_order_seq_cst);
+  switch (mode_.load(std::memory_order_seq_cst)) {
+    case Mode::kSleeping: {
+      uint64_t one = 1;
+      ssize_t rc = ::write(wakeFd_, &one, sizeof(one));
+      (void)rc;  // a full counter already means "wake up"
+      break;
+    }
+    case Mode::kParked: {
+      std::lock_guard<std::mutex> lock(parkMu_);
+      parkCv_.notify_one();
+      break;
+    }
+    case Mode::kRunning:
+      break;  // it passes again before it sleeps: it sees wakeSeq_ moved
+  }
 }
 
 void Engine::notifyFinished() {
@@ -72,7 +103,64 @@ void Engine::notifyFinished() {
   doneCv_.notify_all();
 }
 
+bool Engine::pass() {
+  bool moved = false;
+  for (Communicator* c : comms_)  // attach and detach change it only under passMu_, which the caller holds
+    if (c->progressOnce()) moved = true;
+  return moved;
+}
+
+bool Engine::anyPending() {
+  std::lock_guard<std::mutex> lock(commsMu_);
+  for (Communicator* c : comms_)
+    if (!c->idle()) return true;
+  return false;
+}
+
+bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget, Clock::duration totalBudget) {
+  drivers_.fetch_add(1, std::memory_order_seq_cst);
+  const auto start = Clock::now();
+  auto lastMove = start;
+  bool finished = done();
+  for (unsigned idle = 0; !finished; ++idle) {
+    bool moved = false;
+    if (passMu_.try_lock()) {
+      moved = pass();
+      passMu_.unlock();
+    }
+    finished = done();
+    if (finished) break;
+    const auto now = Clock::now();
+    if (moved) {
+      lastMove = now;
+      idle = 0;
+    } else if (now - lastMove >= idleBudget) {
+      break;
+    }
+    if (now - start >= totalBudget) break;
+    // Nothing moved: give a rank that shares this core the chance to answer. Yield only after a few idle passes,
+    // so that a peer on another core, which answers within a microsecond, costs no system call.
+    if (!moved) {
+      if (idle >= 16)
+        sched_yield();
+      else
+        relax();
+    }
+  }
+  // The last driver out hands the engine thread whatever is still queued or running; with nothing pending it
+  // stays parked (a message that arrives meanwhile waits in the transport for the operation that takes it).
+  if (drivers_.fetch_sub(1, std::memory_order_seq_cst) == 1 && anyPending()) wake();
+  return finished;
+}
+
+void Engine::start(const std::function<bool()>& done) {
+  if (!drive(done, kStartBudget, kStartBudget)) wake();
+}
+
 void Engine::waitUntil(const std::function<bool()>& pred) {
+  const auto spin = std::chrono::microseconds(std::max<int64_t>(0, spinUsParam()));
+  if (drive(pred, spin, Clock::duration::max())) return;
+  wake();  // drive() woke the engine if work is pending; this covers a pred that waits on another thread
   std::unique_lock<std::mutex> lock(doneMu_);
   // Predicates read state the engine publishes before notifying; the timed wait guards against a check that
   // raced the notification.
@@ -81,36 +169,49 @@ void Engine::waitUntil(const std::function<bool()>& pred) {
 
 void Engine::run() {
   pthread_setname_np(pthread_self(), "hc-progress");
-  std::vector<Communicator*> comms;
   while (true) {
+    // Park while a caller drives, and when there is nothing to do, until wake().
+    uint64_t seen = wakeSeq_.load(std::memory_order_seq_cst);
+    if (drivers_.load(std::memory_order_seq_cst) > 0 || !anyPending()) {
+      std::unique_lock<std::mutex> lock(parkMu_);
+      mode_.store(Mode::kParked, std::memory_order_seq_cst);
+      parkCv_.wait(lock, [&] {
+        return drivers_.load(std::memory_order_seq_cst) == 0 && wakeSeq_.load(std::memory_order_seq_cst) != seen;
+      });
+      mode_.store(Mode::kRunning, std::memory_order_seq_cst);
+      continue;
+    }
     bool moved = false;
     Deadline nearest = Deadline::never();
+    const auto spinUntil = Clock::now() + kEngineSpin;
     {
-      std::lock_guard<std::mutex> pass(passMu_);
-      {
-        std::lock_guard<std::mutex> lock(commsMu_);
-        comms = comms_;
-      }
-      for (Communicator* c : comms) {
-        if (c->progressOnce()) moved = true;
-        nearest = Deadline::earlier(nearest, c->deadline());
-      }
+      std::lock_guard<std::mutex> lock(passMu_);
+      do {
+        moved = pass();
+        if (moved || drivers_.load(std::memory_order_relaxed) > 0) break;
+        relax();
+      } while (Clock::now() < spinUntil);
+      for (Communicator* c : comms_) nearest = Deadline::earlier(nearest, c->deadline());
       // About to sleep: transports that must re-arm their wake-up do it now, and may find work instead.
-      for (Communicator* c : comms)
+      for (Communicator* c : comms_)
         if (!moved && !c->readyToSleep()) moved = true;
     }
     if (moved) continue;
     // Nothing moved: sleep until a socket is ready, work is queued, or the nearest operation times out.
-    int timeout = nearest.isNever() ? kMaxSleepMs : std::min(kMaxSleepMs, nearest.msLeft());
-    epoll_event evs[16];
-    int n = epoll_wait(epollFd_, evs, 16, timeout);
-    for (int i = 0; i < n; ++i) {
-      if (evs[i].data.fd == wakeFd_) {
-        uint64_t v;
-        ssize_t rc = ::read(wakeFd_, &v, sizeof(v));
-        (void)rc;
+    mode_.store(Mode::kSleeping, std::memory_order_seq_cst);
+    if (wakeSeq_.load(std::memory_order_seq_cst) == seen && drivers_.load(std::memory_order_seq_cst) == 0) {
+      int timeout = nearest.isNever() ? kMaxSleepMs : std::min(kMaxSleepMs, nearest.msLeft());
+      epoll_event evs[16];
+      int n = epoll_wait(epollFd_, evs, 16, timeout);
+      for (int i = 0; i < n; ++i) {
+        if (evs[i].data.fd == wakeFd_) {
+          uint64_t v;
+          ssize_t rc = ::read(wakeFd_, &v, sizeof(v));
+          (void)rc;
+        }
       }
     }
+    mode_.store(Mode::kRunning, std::memory_order_seq_cst);
   }
 }
 

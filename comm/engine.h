@@ -1,13 +1,22 @@
-// engine.h: the progress engine. One thread per process serves every communicator: each pass lets every
-// communicator advance its current operation (post sends and receives, reduce what arrived), and when nothing
-// moved it sleeps in epoll on the transports' fds and a wake-up eventfd, until the nearest deadline.
+// engine.h: progress. One pass lets every communicator of the process advance its current operation (post sends and
+// receives, reduce what arrived). Passes are run by whichever thread needs them, one at a time:
 //
-// API threads never touch connections; they queue ops and wait on the engine's condition variable.
+//   - A thread that waits for an operation (a blocking call, a stream synchronize) drives the passes itself: no
+//     hand-off to another thread, no wake-up on either side of a message while both ranks are inside a call. It
+//     polls for a bounded time (HETCOMM_SPIN_US), yielding the core between idle passes so that ranks which share
+//     cores do not starve each other, then sleeps and leaves the rest to the engine thread.
+//   - A thread that queues an asynchronous operation starts it (a few passes, bounded in time) and wakes the engine
+//     thread only if the operation is not finished by then.
+//   - The engine thread runs passes for work nobody waits on, sleeping in epoll on the transports' fds and a wake-up
+//     eventfd until something arrives or the nearest deadline. While a caller drives, or when no operation is
+//     queued anywhere, it parks on a condition variable and watches no fd at all, so that messages a caller is
+//     about to consume do not wake it.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,7 +26,6 @@
 namespace hetcomm::comm {
 
 class Communicator;
-struct Op;
 
 class Engine {
  public:
@@ -25,26 +33,49 @@ class Engine {
 
   // The engine starts calling comm->progressOnce(); fds (its transports' waitFds) join the epoll set.
   Status attach(Communicator* comm, const std::vector<int>& fds);
-  // Blocks until the engine will never touch comm again.
+  // Blocks until no pass will touch comm again.
   void detach(Communicator* comm, const std::vector<int>& fds);
+  // Work was queued or a communicator failed: the engine thread runs a pass soon, unless a caller drives.
   void wake();
 
-  // Waits until pred() holds; pred is re-checked whenever an operation finishes.
+  // Waits until pred() holds, driving progress on this thread for up to HETCOMM_SPIN_US without movement, then
+  // sleeping while the engine thread progresses. pred is re-checked whenever an operation finishes.
   void waitUntil(const std::function<bool()>& pred);
-  // Called (by the engine or by an aborting thread) when operations finished.
+  // An asynchronous operation was queued: run passes on this thread while they move, for at most a few
+  // microseconds, and hand what is left to the engine thread. done() says whether anything is left.
+  void start(const std::function<bool()>& done);
+  // Called (by whoever ran the pass, or by an aborting thread) when operations finished.
   void notifyFinished();
 
  private:
+  using Clock = std::chrono::steady_clock;
+  enum class Mode : int { kRunning, kSleeping, kParked };
+
   Engine();
   void run();
+  // One pass over every communicator, by a thread that holds passMu_; true when anything moved.
+  bool pass();
+  // Runs passes on the calling thread until done() holds, no pass has moved for idleBudget, or totalBudget is
+  // spent. Returns done().
+  bool drive(const std::function<bool()>& done, Clock::duration idleBudget, Clock::duration totalBudget);
+  // Some communicator has an operation queued or running.
+  bool anyPending();
 
   int epollFd_ = -1;
   int wakeFd_ = -1;
-  std::mutex commsMu_;
+  std::mutex passMu_;  // held for a whole pass, and to change comms_
+  std::mutex commsMu_;  // also held to change comms_: anyPending() reads it without running a pass
   std::vector<Communicator*> comms_;
-  std::mutex passMu_;  // held for a whole pass: detach takes it to be sure no pass still uses the comm
   std::mutex doneMu_;
   std::condition_variable doneCv_;
+
+  // The engine thread's state, and what wakes it: wake() bumps wakeSeq_, then ends its sleep (eventfd) or its park
+  // (condition variable). It sleeps or parks only if wakeSeq_ did not move since its last pass began.
+  std::atomic<int> drivers_{0};  // callers inside drive()
+  std::atomic<uint64_t> wakeSeq_{0};
+  std::atomic<Mode> mode_{Mode::kRunning};
+  std::mutex parkMu_;
+  std::condition_variable parkCv_;
   std::thread thread_;
 };
 

@@ -10,26 +10,11 @@
 #include <cstring>
 #include <vector>
 
+#include "perf/common/perf_tool.h"
+
 namespace {
-
-void check(hetcommResult_t r, const char* what) {
-  if (r == hetcommSuccess) return;
-  std::fprintf(stderr, "p2p_bw: %s failed: %s: %s\n", what, hetcommGetErrorString(r), hetcommGetLastError(nullptr));
-  std::exit(1);
-}
-
-size_t parseSize(const std::string& s) {
-  char* end = nullptr;
-  double v = std::strtod(s.c_str(), &end);
-  switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1 << 10; break;
-    case 'M': case 'm': v *= 1 << 20; break;
-    case 'G': case 'g': v *= 1 << 30; break;
-    default: break;
-  }
-  return static_cast<size_t>(v);
-}
-
+void check(hetcommResult_t r, const char* what) { hetcomm::perf::checkCall("p2p_bw", r, what); }
+using hetcomm::perf::parseSize;
 }  // namespace
 
 int main(int argc, char** argv) {

@@ -38,11 +38,8 @@ namespace {
 constexpr uint32_t kSegMagic = 0x4d534348;    // "HCSM"
 constexpr size_t kRingBytes = 1 << 20;        // per direction
 constexpr size_t kMaxChunk = kRingBytes / 4;  // a frame's payload: a frame is written only when it fits whole
-// How long a receiver polls before it arms its wake-up flag and lets the engine sleep. Time, not iterations:
-// `pause` costs from 10 to 140 cycles depending on the CPU. Kept short even when ranks fit on the cores: a
-// rank's application thread needs a core to issue its next operation, and 50 us of polling measured 5x slower
-// small-message latency with 2 ranks on 2 cores.
-constexpr auto kSpin = std::chrono::microseconds(4);
+// How often a pass looks for peers that exited (a system call); the engine also looks before every sleep.
+constexpr auto kExitCheckEvery = std::chrono::milliseconds(1);
 
 // ---- shared layout ----
 struct alignas(64) Ring {
@@ -234,6 +231,9 @@ struct ShmTransport::Impl {
   bool useCma(size_t bytes) const { return cmaBytes > 0 && bytes >= cmaBytes && bytes <= cmaMaxBytes; }
   alignas(64) volatile uint64_t probeWord = 0x6865746361726d21ull;  // peers read it to test cross-memory attach
   std::vector<ShmConnection*> conns;                                // owned by the communicator
+  std::chrono::steady_clock::time_point nextExitCheck{};
+  // Fails the connections whose peer process is gone (its pidfd became readable).
+  void checkExits();
 };
 
 bool ShmConnection::lateReceiveIsFree(size_t bytes) const { return cmaIn_ && t_->useCma(bytes); }
@@ -786,30 +786,39 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
 }
 
 Status ShmTransport::progress() {
-  // Drop wake-up datagrams: their only job was to end the engine's sleep.
-  char buf[64];
-  while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+  // A peer that exits makes its pidfd readable: look now and then (a system call), not on every pass. The engine
+  // also looks before it sleeps, and its sleep ends when one becomes readable.
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= impl_->nextExitCheck) {
+    impl_->nextExitCheck = now + kExitCheckEvery;
+    impl_->checkExits();
   }
-  epoll_event evs[16];
-  int n = epoll_wait(epollFd_, evs, 16, 0);
-  for (int i = 0; i < n; ++i)
-    if (evs[i].data.ptr) static_cast<ShmConnection*>(evs[i].data.ptr)->peerExited();
   bool moved = true;
   while (moved) {
     moved = false;
     for (ShmConnection* c : impl_->conns) moved = c->progress() || moved;
-    if (moved) continue;
-    // A short spin before arming: a peer on the other core often answers within microseconds, and a sleep costs
-    // a datagram and two context switches.
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (!moved && std::chrono::steady_clock::now() < until) {
-      for (ShmConnection* c : impl_->conns) moved = c->hasInput() || moved;
-      __builtin_ia32_pause();
-    }
-    if (moved) continue;
-    for (ShmConnection* c : impl_->conns) moved = c->armAndRecheck() || moved;
   }
   return okStatus();
+}
+
+void ShmTransport::Impl::checkExits() {
+  epoll_event evs[16];
+  int n = epoll_wait(epollFd, evs, 16, 0);
+  for (int i = 0; i < n; ++i)
+    if (evs[i].data.ptr) static_cast<ShmConnection*>(evs[i].data.ptr)->peerExited();
+}
+
+bool ShmTransport::armForSleep() {
+  // Drop wake-up datagrams: their only job was to end a sleep, and one left behind would end the next at once.
+  char buf[64];
+  while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+  }
+  impl_->checkExits();
+  // Raise the wake-up flags, then look once more: a peer may have written before it saw them.
+  bool ready = true;
+  for (ShmConnection* c : impl_->conns)
+    if (c->armAndRecheck()) ready = false;
+  return ready;
 }
 
 }  // namespace hetcomm::transport::shm

@@ -11,7 +11,8 @@
 // ring for everything.
 //
 // Waiting blocks: a receiver (or a sender facing a full ring) raises a flag in the segment before the engine
-// sleeps, and the peer sends it a one-byte datagram on an abstract Unix socket after writing. The peer's pidfd is
+// sleeps (armForSleep), and the peer sends it a one-byte datagram on an abstract Unix socket after writing. While
+// a thread polls (progress) no flag is up, so a message costs no system call on either side. The peer's pidfd is
 // in the epoll set too, so a peer that dies fails the connection at once instead of at the timeout.
 //
 // Parameters: HETCOMM_SHM_CMA_BYTES and HETCOMM_SHM_CMA_MAX_BYTES, the range of message sizes sent by cross-memory
@@ -39,6 +40,7 @@ class ShmTransport final : public Transport {
                                                               Deadline deadline) override;
   Status progress() override;
   int waitFd() const override { return epollFd_; }
+  bool armForSleep() override;
 
   struct Impl;
 

@@ -698,22 +698,54 @@ TEST(ShmWait, WaitFdWakesAnIdleReceiver) {
     Bytes out = pattern(n, 4), in(n);
     Request s, r;
     ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 1).ok());
-    // Both idle: rank 1's progress() finds nothing, arms its wake-up flag and may sleep.
+    // Both idle: rank 1's progress() finds nothing; before it sleeps it arms its wake-up flag.
     ASSERT_TRUE(g.t[1]->progress().ok());
     ASSERT_TRUE(g.t[0]->progress().ok());
+    ASSERT_TRUE(g.t[1]->armForSleep()) << "nothing arrived, yet armForSleep says there is work";
     EXPECT_FALSE(readable(fd1, 0)) << "waitFd is readable with nothing to do: the engine would spin";
     ASSERT_TRUE(g.conn(0, 1).isend(s, out, 1).ok());
     EXPECT_TRUE(readable(fd1, 1000)) << "the peer wrote, but waitFd did not become readable within 1 s";
     ASSERT_TRUE(g.drive([&] { return r.finished() && s.finished(); }, 10));
     EXPECT_TRUE(r.done()) << r.error.toString();
     EXPECT_EQ(diff(in, out), "");
-    // Everything done and both sides idle again: nothing stays readable.
+    // Everything done and both sides idle again: once armed to sleep, nothing stays readable.
     ASSERT_TRUE(g.t[0]->progress().ok());
     ASSERT_TRUE(g.t[1]->progress().ok());
     ASSERT_TRUE(g.t[0]->progress().ok());
+    EXPECT_TRUE(g.t[0]->armForSleep());
+    EXPECT_TRUE(g.t[1]->armForSleep());
     EXPECT_FALSE(readable(fd1, 0));
     EXPECT_FALSE(readable(g.t[0]->waitFd(), 0));
   }
+}
+
+// A receiver that polls (a caller driving its own operation) has not armed its wake-up: the sender's message costs
+// no wake-up datagram, and waitFd stays quiet. Once it arms to sleep, the next message wakes it.
+TEST(ShmWait, APollingReceiverCostsNoWakeUp) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  const int fd1 = g.t[1]->waitFd();
+  Bytes out = pattern(64, 7), in(64);
+  Request s, r;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, 1).ok());
+  ASSERT_TRUE(g.t[1]->progress().ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, 1).ok());
+  ASSERT_TRUE(g.t[0]->progress().ok());
+  EXPECT_FALSE(readable(fd1, 50)) << "a wake-up reached a receiver that was polling, not sleeping";
+  ASSERT_TRUE(g.t[1]->progress().ok());
+  ASSERT_TRUE(r.done()) << r.error.toString();
+  EXPECT_EQ(diff(in, out), "");
+  // Now it sleeps: armed, the next message makes waitFd readable.
+  Request s2, r2;
+  Bytes in2(64);
+  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 2).ok());
+  ASSERT_TRUE(g.t[1]->progress().ok());
+  ASSERT_TRUE(g.t[1]->armForSleep());
+  ASSERT_TRUE(g.conn(0, 1).isend(s2, out, 2).ok());
+  ASSERT_TRUE(g.t[0]->progress().ok());
+  EXPECT_TRUE(readable(fd1, 1000)) << "an armed receiver was not woken by the peer's message";
+  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }, 10));
+  EXPECT_TRUE(r2.done()) << r2.error.toString();
 }
 
 TEST(ShmWait, WaitFdWakesASenderWaitingForRingSpace) {
@@ -881,6 +913,7 @@ struct ParentRank {
       }
       if (done()) return true;
       if (d.expired()) return false;
+      if (!t->armForSleep()) continue;  // as the engine does before it sleeps
       pollfd p{t->waitFd(), POLLIN, 0};
       ::poll(&p, 1, 5);
     }
@@ -967,6 +1000,7 @@ TEST(ShmPeerDeath, KilledInTheMiddleOfALargeMessage) {
     expectPeerGone(lateSend, 1);
     // The dead peer's pidfd does not keep waitFd readable: the engine can sleep again.
     ASSERT_TRUE(me.t->progress().ok());
+    EXPECT_TRUE(me.t->armForSleep());
     EXPECT_FALSE(readable(me.t->waitFd(), 0)) << "waitFd stays readable after the peer died";
   }
   EXPECT_EQ(leftoversOf(id), "");

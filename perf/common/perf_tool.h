@@ -1,0 +1,34 @@
+// perf_tool.h: what the small point-to-point tools (p2p_bw, p2p_latency) share: a hetcomm call that must succeed,
+// and sizes with K/M/G suffixes. Public API only.
+#pragma once
+
+#include <hetcomm/hetcomm.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+namespace hetcomm::perf {
+
+// Exits with the call's error (its string and hetcommGetLastError) unless r is hetcommSuccess.
+inline void checkCall(const char* tool, hetcommResult_t r, const char* what) {
+  if (r == hetcommSuccess) return;
+  std::fprintf(stderr, "%s: %s failed: %s: %s\n", tool, what, hetcommGetErrorString(r), hetcommGetLastError(nullptr));
+  std::exit(1);
+}
+
+// "64", "8K", "64M", "1G" (binary suffixes) in bytes; 0 for text that is not a size.
+inline size_t parseSize(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || v < 0) return 0;
+  switch (*end) {
+    case 'K': case 'k': v *= 1 << 10; ++end; break;
+    case 'M': case 'm': v *= 1 << 20; ++end; break;
+    case 'G': case 'g': v *= 1 << 30; ++end; break;
+    default: break;
+  }
+  return *end ? 0 : static_cast<size_t>(v);
+}
+
+}  // namespace hetcomm::perf
