@@ -6,6 +6,8 @@
 #include <cstring>
 #include <numeric>
 
+#include "collectives/algorithm_list.h"
+#include "comm/comm_params.h"
 #include "comm/engine.h"
 #include "comm/link_probe.h"
 #include "comm/transport_select.h"
@@ -26,153 +28,16 @@
 
 namespace hetcomm::comm {
 
-HC_PARAM_STR(transportName, "TRANSPORT", "")
-HC_PARAM_STR(ibHcaSpec, "IB_HCA", "")
 HC_PARAM_STR(algoName, "ALGO", "")
 HC_PARAM_INT(chunkBytesParam, "CHUNK_BYTES", 512 << 10)
-// 1: pairs whose hosts share several fabrics of the best kind stripe over them (tcp); 0: the best fabric only.
-HC_PARAM_INT(multiRail, "MULTIRAIL", 1)
 
 namespace {
 
 constexpr size_t kMaxCachedPlans = 256;
+constexpr uint32_t kDeadlineCheckEvery = 16;
 // Groups whose views predictFor keeps: a planner asks about each candidate group at a few sizes, and comes back
 // to it while it weighs other plans (a 1024-rank plan search asks about some hundreds of groups).
 constexpr size_t kPredictedGroups = 1024;
-
-// What every rank publishes at init: where it runs, what it forces, what it can run (the Offer), and how each of
-// its transports reaches it (blobs, by transport kind; empty for one it does not run).
-struct PeerInfo {
-  std::string hostName, forced;
-  int pid = 0;
-  std::vector<std::byte> node;  // the serialized topo::NodeDescription
-  Offer offer;
-  std::array<std::vector<std::byte>, kKinds> blobs;
-};
-
-void putString(std::vector<std::byte>& out, std::string_view s) {
-  uint32_t n = static_cast<uint32_t>(s.size());
-  auto* p = reinterpret_cast<const std::byte*>(&n);
-  out.insert(out.end(), p, p + 4);
-  auto* q = reinterpret_cast<const std::byte*>(s.data());
-  out.insert(out.end(), q, q + s.size());
-}
-
-bool getString(std::span<const std::byte>& in, std::string* s) {
-  uint32_t n;
-  if (in.size() < 4) return false;
-  std::memcpy(&n, in.data(), 4);
-  if (in.size() - 4 < n) return false;
-  s->assign(reinterpret_cast<const char*>(in.data() + 4), n);
-  in = in.subspan(4 + n);
-  return true;
-}
-
-std::string_view asText(const std::vector<std::byte>& b) { return {reinterpret_cast<const char*>(b.data()), b.size()}; }
-
-std::vector<std::byte> encodePeer(const PeerInfo& p) {
-  std::vector<std::byte> out;
-  std::string ports = join(p.offer.verbsPorts, ",");
-  for (std::string_view field :
-       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
-        std::string_view(std::to_string(p.pid)), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
-        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy)})
-    putString(out, field);
-  for (const auto& b : p.blobs) putString(out, asText(b));
-  return out;
-}
-
-Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
-  PeerInfo p;
-  std::span<const std::byte> in(raw);
-  std::string pid, node, ucx, ports;
-  bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.forced) &&
-            getString(in, &pid) && getString(in, &node) && getString(in, &ucx) && getString(in, &p.offer.ucxWhy) &&
-            getString(in, &ports) && getString(in, &p.offer.verbsWhy);
-  std::array<std::string, kKinds> blobs;
-  for (auto& b : blobs) ok = ok && getString(in, &b);
-  if (!ok) return remoteError("rank %d published a malformed peer record", rank);
-  auto bytes = [](const std::string& s) {
-    auto* b = reinterpret_cast<const std::byte*>(s.data());
-    return std::vector<std::byte>(b, b + s.size());
-  };
-  p.pid = std::atoi(pid.c_str());
-  p.node = bytes(node);
-  p.offer.ucx = ucx == "1";
-  for (const auto& port : split(ports, ','))
-    if (!port.empty()) p.offer.verbsPorts.push_back(port);
-  for (int k = 0; k < kKinds; ++k) p.blobs[k] = bytes(blobs[k]);
-  return p;
-}
-
-using TransportPtr = std::unique_ptr<transport::Transport>;
-
-bool listed(transport::Kind k, const std::vector<transport::Kind>& forced) {
-  return std::find(forced.begin(), forced.end(), k) != forced.end();
-}
-
-// Starts every transport this rank may need and fills in its offer and blobs. shm and tcp must start; verbs and
-// UCX are optional, and the offer says why one did not.
-Result<std::array<TransportPtr, kKinds>> startTransports(const transport::Config& tc,
-                                                         const std::vector<transport::Kind>& forced,
-                                                         const topo::NodeDescription& node, PeerInfo& me) {
-  using transport::Kind;
-  std::array<TransportPtr, kKinds> ts;
-  auto listen = [&](Kind k, TransportPtr t) -> Status {
-    HC_ASSIGN_OR_RETURN(me.blobs[static_cast<int>(k)], t->listen());
-    ts[static_cast<int>(k)] = std::move(t);
-    return okStatus();
-  };
-  me.offer.hostId = tc.hostId;
-  if (mayNeed(Kind::kTcp, forced, node)) {
-    HC_ASSIGN_OR_RETURN(auto t, transport::tcp::TcpTransport::create(tc));
-    HC_TRY(listen(Kind::kTcp, std::move(t)));
-  }
-  if (mayNeed(Kind::kShm, forced, node)) {
-    HC_ASSIGN_OR_RETURN(auto t, transport::shm::ShmTransport::create(tc));
-    HC_TRY(listen(Kind::kShm, std::move(t)));
-  }
-  me.offer.verbsWhy = "no RDMA NIC on this host";
-  if (mayNeed(Kind::kVerbs, forced, node)) {
-    transport::verbs::Availability av = transport::verbs::discover(ibHcaSpec());
-    Status st = okStatus();
-    if (av.ports.empty()) {
-      st = Status(av.code, av.reason);
-    } else if (auto t = transport::verbs::VerbsTransport::create(tc, av); !t) {
-      st = t.error();
-    } else {
-      st = listen(Kind::kVerbs, std::move(*t));
-    }
-    if (st.ok()) {
-      for (const auto& port : av.ports) me.offer.verbsPorts.push_back(port.device + ":" + std::to_string(port.port));
-    } else {
-      me.offer.verbsWhy = "verbs unavailable: " + std::string(st.message());
-      HC_INFO(Init, "%s; RDMA peers fall back to UCX or tcp", me.offer.verbsWhy.c_str());
-    }
-  }
-  me.offer.ucxWhy = "UCX not started (no RDMA NIC on this host, and HETCOMM_TRANSPORT does not list ucx)";
-  if (mayNeed(Kind::kUcx, forced, node)) {
-    if (!listed(Kind::kUcx, forced) && !me.offer.verbsPorts.empty()) {
-      me.offer.ucxWhy = "UCX not started: verbs serves this host's RDMA ports";
-    } else {
-      auto t = transport::ucx::UcxTransport::create(tc);
-      Status st = t ? listen(Kind::kUcx, std::move(*t)) : t.error();
-      me.offer.ucx = st.ok();
-      if (!st.ok()) {
-        me.offer.ucxWhy = "UCX unavailable: " + std::string(st.message());
-        HC_INFO(Init, "%s", me.offer.ucxWhy.c_str());
-      }
-    }
-  }
-  return ts;
-}
-
-// This host as hwloc and sysfs see it, with HETCOMM_TOPO_FILE applied: discovered once per process (hwloc takes
-// tens of milliseconds), reused by every communicator.
-Result<topo::NodeDescription> localNode() {
-  static const Result<topo::NodeDescription> node = topo::discoverLocalNode(topo::DiscoveryOptions::fromEnvironment());
-  return node;
-}
 
 // A child communicator's id: the same on every member, different for every split and color.
 uint64_t mixId(uint64_t parent, uint64_t seq, int64_t color) {
@@ -217,211 +82,6 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::keyPrefix() const { return format("c%016llx", static_cast<unsigned long long>(commId_)); }
-
-Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
-  log::ScopedRank scope(rank_, name());
-  id_ = id;
-  commId_ = commId;
-  const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
-  HC_ASSIGN_OR_RETURN(store_, StoreClient::connect(id.addr, id.port, id.secret, deadline));
-
-  // Every transport this rank may need listens; after the exchange each pair uses one of them, chosen the same
-  // way at both ends from the same data (transport_select.h).
-  const std::string& forced = transportName();
-  HC_ASSIGN_OR_RETURN(std::vector<transport::Kind> forcedKinds, parseTransportList(forced));
-  transport::Config tc;
-  tc.rank = rank_;
-  tc.nranks = nranks_;
-  tc.secret = id.secret;
-  tc.commId = commId;
-  tc.timeoutSec = options_.timeoutSec;
-  tc.hostId = topo::hostIdentity();
-  HC_ASSIGN_OR_RETURN(topo::NodeDescription node, localNode());
-  node.pid = static_cast<int>(getpid());
-  PeerInfo me;
-  me.hostName = topo::hostName();
-  me.forced = forced;
-  me.pid = node.pid;
-  me.node = topo::serializeNode(node);
-  using Started = std::array<TransportPtr, kKinds>;
-  HC_ASSIGN_OR_RETURN(Started ts, startTransports(tc, forcedKinds, node, me));
-
-  HC_ASSIGN_OR_RETURN(auto raw, store_->allGather(keyPrefix() + "/peers", rank_, nranks_, encodePeer(me), deadline));
-  std::vector<PeerInfo> peers(nranks_);
-  std::vector<std::string> hosts;
-  std::vector<topo::NodeDescription> nodes(nranks_);
-  for (int p = 0; p < nranks_; ++p) {
-    HC_ASSIGN_OR_RETURN(peers[p], decodePeer(raw[p], p));
-    if (peers[p].forced != forced)
-      return invalidUsage("HETCOMM_TRANSPORT is '%s' on rank %d but '%s' on rank %d: it must be the same everywhere",
-                          forced.c_str(), rank_, peers[p].forced.c_str(), p);
-    if (std::find(hosts.begin(), hosts.end(), peers[p].offer.hostId) == hosts.end())
-      hosts.push_back(peers[p].offer.hostId);
-    auto n = topo::deserializeNode(peers[p].node);
-    if (!n)
-      return Status(n.error().code(),
-                    format("rank %d's node description: %s", p, std::string(n.error().message()).c_str()));
-    nodes[p] = std::move(*n);
-  }
-  // Every rank builds the same view of the cluster from the same records.
-  HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
-  cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
-  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_, multiRail() != 0));
-
-  std::vector<Offer> offers(nranks_);
-  for (int p = 0; p < nranks_; ++p) offers[p] = peers[p].offer;
-  choices_.assign(nranks_, PairChoice{});
-  std::array<std::vector<std::vector<std::byte>>, kKinds> blobs;
-  std::array<int, kKinds> served{};
-  for (auto& b : blobs) b.resize(nranks_);
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_) continue;
-    choices_[p] = choose(*cluster_, offers, forcedKinds, rank_, p);
-    const int k = static_cast<int>(choices_[p].kind);
-    if (peers[p].blobs[k].empty() || !ts[k])
-      return internalError("transport selection chose %s for ranks %d and %d, which one of them does not run",
-                           transport::kindName(choices_[p].kind), rank_, p);
-    blobs[k][p] = peers[p].blobs[k];
-    ++served[k];
-  }
-  // Which pairs of hosts talk over tcp, the transport that takes a message over the fabric it is told to: the link
-  // graph offers schedules a way per shared fabric only there.
-  const int nh = cluster_->nhosts();
-  tcpBetweenHosts_.assign(static_cast<size_t>(nh) * nh, 0);
-  for (int a = 0; a < nh; ++a)
-    for (int b = 0; b < nh; ++b)
-      if (a != b)
-        tcpBetweenHosts_[static_cast<size_t>(a) * nh + b] =
-            choose(*cluster_, offers, forcedKinds, cluster_->hosts()[a].ranks[0], cluster_->hosts()[b].ranks[0]).kind ==
-            transport::Kind::kTcp;
-  // TCP dials each peer first at its address on the fabric chosen for the pair and, where the two hosts share
-  // several fabrics of that kind (multi-rail), stripes over all of them in proportion to their rates. Every other
-  // fabric the two share is a path too (weight 0), for the messages a synthesised schedule sends over it: path i is
-  // ClusterView::pathFabrics' fabric i, as the link graph numbers it (topo::LinkGraph::Way::path).
-  if (ts[static_cast<int>(transport::Kind::kTcp)]) {
-    std::vector<std::vector<transport::Transport::Path>> paths(nranks_);
-    for (int p = 0; p < nranks_; ++p) {
-      if (p == rank_ || choices_[p].fabric < 0) continue;
-      const int me = cluster_->hostOf(rank_), them = cluster_->hostOf(p);
-      topo::ClusterView::PairPaths pp = cluster_->pathFabrics(me, them, multiRail() != 0);
-      if (pp.fabrics.empty() || pp.fabrics.front() != choices_[p].fabric) pp = {{choices_[p].fabric}, 1};
-      for (size_t i = 0; i < pp.fabrics.size(); ++i) {
-        const int f = pp.fabrics[i];
-        const double weight =
-            i < pp.rails ? std::max<double>(1, static_cast<double>(cluster_->pairRateMbps(f, me, them))) : 0;
-        for (const topo::NicRef& ref : cluster_->fabrics()[f].nics)
-          if (ref.host == them)
-            for (const std::string& cidr : cluster_->nic(ref).addresses)
-              paths[p].push_back({cidr.substr(0, cidr.find('/')), weight, static_cast<int>(i)});
-      }
-    }
-    ts[static_cast<int>(transport::Kind::kTcp)]->preferPaths(std::move(paths));
-  }
-  conns_.resize(nranks_);
-  // Every rank connects in the same order (shm, verbs, ucx, tcp), and a transport's connectAll only waits for
-  // peers it serves, so no two ranks wait on each other crosswise.
-  for (transport::Kind kind :
-       {transport::Kind::kShm, transport::Kind::kVerbs, transport::Kind::kUcx, transport::Kind::kTcp}) {
-    const int k = static_cast<int>(kind);
-    if (!served[k]) continue;
-    HC_ASSIGN_OR_RETURN(auto c, ts[k]->connectAll(blobs[k], deadline));
-    for (int p = 0; p < nranks_; ++p)
-      if (c[p]) conns_[p] = std::move(c[p]);
-    transports_.push_back(std::move(ts[k]));
-  }
-  connPtrs_.resize(nranks_);
-  for (int p = 0; p < nranks_; ++p) connPtrs_[p] = conns_[p].get();
-  if (probeEnabled() && nranks_ > 1) HC_TRY(probeLinks(offers, forcedKinds, deadline));
-  std::vector<int> sameHosts(cluster_->nhosts());
-  std::iota(sameHosts.begin(), sameHosts.end(), 0);
-  group_ = groupView(rank_, *cluster_, *links_, sameHosts);
-  group_.lateReceiveFree.assign(nranks_, 0);
-  for (int p = 0; p < nranks_; ++p)
-    if (conns_[p]) group_.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
-  sendSeq_.assign(nranks_, 0);
-  recvSeq_.assign(nranks_, 0);
-  for (auto& t : transports_) waitFds_.push_back(t->waitFd());
-  HC_TRY(Engine::get().attach(this, waitFds_));
-  attached_ = true;
-  setState(kReady);
-  if (rank_ == 0 || log::enabled(log::kTrace, log::kInit)) {
-    HC_INFO(Init, "init: %d ranks on %zu host%s, comm id %016llx; chunk %s, algo %s%s", nranks_, hosts.size(),
-            hosts.size() == 1 ? "" : "s", (unsigned long long)commId_, humanBytes(chunkBytes_).c_str(),
-            forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str(),
-            forced.empty() ? "" : (", HETCOMM_TRANSPORT=" + forced).c_str());
-    logTransportChoices();
-  }
-  if (rank_ == 0 && log::enabled(log::kInfo, log::kTopo)) {
-    for (const auto& line : hetcomm::split(cluster_->format(), '\n'))
-      if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
-    for (const auto& line : hetcomm::split(links_->formatClasses(), '\n'))
-      if (!line.empty()) HC_INFO(Topo, "%s", line.c_str());
-  }
-  for (int p = 0; p < nranks_; ++p)
-    if (conns_[p])
-      HC_TRACE(Init, "peer %d (pid %d on %s): %s: %s", p, peers[p].pid, peers[p].hostName.c_str(),
-               conns_[p]->describe().c_str(), choices_[p].why.c_str());
-  if (rank_ == 0 && log::enabled(log::kInfo, log::kColl)) logAlgorithmTable();
-  return okStatus();
-}
-
-// Measures each class of link (or takes the cached figures) and puts the results into the link matrix.
-Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
-                                Deadline deadline) {
-  // Every rank needs the transport of every pair to name the classes alike: choose() is the same pure function
-  // each end used for its own pairs.
-  std::vector<transport::Kind> kinds(size_t(nranks_) * nranks_, transport::Kind::kShm);
-  for (int i = 0; i < nranks_; ++i)
-    for (int j = i + 1; j < nranks_; ++j)
-      kinds[size_t(i) * nranks_ + j] = kinds[size_t(j) * nranks_ + i] =
-          choose(*cluster_, offers, forcedKinds, i, j).kind;
-  auto kindOf = [&](int i, int j) { return kinds[size_t(i) * nranks_ + j]; };
-  std::vector<LinkClassProbe> classes = linkClasses(*cluster_, *links_, kindOf);
-  ProbeContext ctx;
-  ctx.rank = rank_;
-  ctx.nranks = nranks_;
-  ctx.store = store_.get();
-  ctx.keyPrefix = keyPrefix();
-  ctx.conns = connPtrs_;
-  for (auto& t : transports_) ctx.transports.push_back(t.get());
-  ctx.deadline = deadline;
-  for (int r = 0; r < nranks_; ++r)
-    if (cluster_->node(r).hostName == cluster_->node(rank_).hostName) ctx.localPids.push_back(cluster_->node(r).pid);
-  std::string source;
-  HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source, &probeCacheFile_));
-  if (rank_ == 0)
-    for (const LinkClassProbe& c : classes) {
-      const topo::Link& nominal = links_->at(c.a, c.b);
-      HC_INFO(Init, "link probe (%s): %s: %.1f us, %.3f GB/s (nominal %.1f us, %.3f GB/s; pair %d-%d)", source.c_str(),
-              c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
-    }
-  HC_ASSIGN_OR_RETURN(memoryRates_, probeMemoryRates(ctx, *cluster_));
-  return applyProbe(classes, *cluster_, kindOf, *links_);
-}
-
-Status Communicator::initModel(std::vector<topo::NodeDescription> nodes) {
-  if (static_cast<int>(nodes.size()) != nranks_)
-    return internalError("initModel: %zu node descriptions for %d ranks", nodes.size(), nranks_);
-  HC_ASSIGN_OR_RETURN(topo::ClusterView view, topo::ClusterView::build(std::move(nodes)));
-  cluster_ = std::make_shared<const topo::ClusterView>(std::move(view));
-  links_ = std::make_shared<topo::LinkMatrix>(topo::LinkMatrix::nominal(*cluster_, multiRail() != 0));
-  const int nh = cluster_->nhosts();
-  tcpBetweenHosts_.assign(static_cast<size_t>(nh) * nh, 1);
-  for (int h = 0; h < nh; ++h) tcpBetweenHosts_[static_cast<size_t>(h) * nh + h] = 0;
-  choices_.assign(nranks_, PairChoice{});
-  for (int p = 0; p < nranks_; ++p) {
-    const bool local = cluster_->hostOf(p) == cluster_->hostOf(rank_);
-    choices_[p] = {local ? transport::Kind::kShm : transport::Kind::kTcp,
-                   local ? "model: same host" : "model: any fabric the hosts share", -1};
-  }
-  std::vector<int> sameHosts(nh);
-  std::iota(sameHosts.begin(), sameHosts.end(), 0);
-  group_ = groupView(rank_, *cluster_, *links_, sameHosts);
-  group_.lateReceiveFree.assign(nranks_, 0);
-  model_ = true;
-  setState(kReady);
-  return okStatus();
-}
 
 const topo::Gpu* Communicator::gpuOf(int r) const { return cluster_ ? cluster_->gpuOf(r) : nullptr; }
 
@@ -496,47 +156,11 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
   return coll::selectAlgorithm(args, *g, forcedAlgo_);
 }
 
-// One INFO line per (transport, reason) this rank uses: "rank 0: transport shm to ranks 1-3: same host".
-void Communicator::logTransportChoices() const {
-  std::vector<std::pair<const PairChoice*, std::vector<int>>> groups;
-  for (int p = 0; p < nranks_; ++p) {
-    if (p == rank_) continue;
-    const PairChoice& c = choices_[p];
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first->kind == c.kind && g.first->why == c.why; });
-    if (it == groups.end())
-      groups.push_back({&c, {p}});
-    else
-      it->second.push_back(p);
-  }
-  for (const auto& [c, ranks] : groups)
-    HC_INFO(Init, "rank %d: transport %s to rank%s %s: %s", rank_, transport::kindName(c->kind),
-            ranks.size() == 1 ? "" : "s", topo::formatRankList(ranks).c_str(), c->why.c_str());
-}
-
 // Engine thread, before it sleeps: every transport re-arms its wake-up; false when one has work already.
 bool Communicator::readyToSleep() {
   for (auto& t : transports_)
     if (!t->armForSleep()) return false;
   return true;
-}
-
-// One INFO line per collective: the algorithm the selection picks, with its predicted time, at a few sizes.
-void Communicator::logAlgorithmTable() const {
-  const coll::GroupView& g = group_;
-  for (int k = 0; k <= static_cast<int>(coll::CollKind::kAlltoAll); ++k) {
-    std::string line;
-    for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{1} << 20, size_t{64} << 20}) {
-      coll::Args a;
-      a.kind = static_cast<coll::CollKind>(k);
-      a.count = bytes / 4;
-      auto sel = coll::selectAlgorithm(a, g, forcedAlgo_);
-      if (!sel) continue;
-      line += format("  %s: %.*s ~%.0f us", humanBytes(bytes).c_str(), (int)sel->algo->name().size(),
-                     sel->algo->name().data(), sel->predictedUs);
-    }
-    HC_INFO(Coll, "algorithm %-13s%s", coll::name(static_cast<coll::CollKind>(k)), line.c_str());
-  }
 }
 
 Status Communicator::split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out) {
@@ -629,9 +253,9 @@ Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   const coll::GroupView& g = group_;
   const coll::Args& a = op.args;
   if (a.kind == coll::CollKind::kSendRecv) {
-    HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(a, g, forcedAlgo_));
-    op.predictedUs = sel.predictedUs;
-    HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
+    // One way to run them, and nothing compares their time with a prediction: no selection on this path, whose
+    // cost is every small message's latency.
+    HC_ASSIGN_OR_RETURN(coll::Schedule s, coll::directSendRecv().plan(a, g));
     return std::make_shared<const coll::Schedule>(std::move(s));
   }
   // The choice and the schedule depend only on these arguments: a repeated call (the common case, and the one
@@ -807,7 +431,8 @@ bool Communicator::progressOnce() {
     finishOp(finished, okStatus());
     return true;
   }
-  if (currentDeadline_.expired()) {
+  // The clock is read every few idle passes only (see Engine::drive).
+  if (!moved && ++idlePasses_ % kDeadlineCheckEvery == 0 && currentDeadline_.expired()) {
     fail(timeoutError("rank %d: %s #%llu timed out after %g s (HETCOMM_TIMEOUT), still waiting for %s", rank_,
                       op.args.describe().c_str(), (unsigned long long)op.seq, options_.timeoutSec,
                       exec_->waitingOn().c_str()));

@@ -117,6 +117,15 @@ class Communicator {
 
  private:
   void setBusy(bool busy);
+  // init's steps, in order (communicator_init.cc); InitState is what they hand on.
+  struct InitState;
+  Status listenAll(InitState& s);
+  Status exchangeRecords(InitState& s, Deadline deadline);
+  Status choosePairs(InitState& s);
+  void routeTcpPaths(InitState& s);
+  Status connectPeers(InitState& s, Deadline deadline);
+  Status joinEngine();
+  void logInit(const InitState& s) const;
   void logAlgorithmTable() const;
   void logTransportChoices() const;
   // rank: this rank's number in the view's group; parentHost[h]: this communicator's host number of view's host h
@@ -177,6 +186,7 @@ class Communicator {
   std::shared_ptr<Op> current_;
   std::unique_ptr<coll::Executor> exec_;
   Deadline currentDeadline_ = Deadline::never();
+  uint32_t idlePasses_ = 0;  // passes that moved nothing: the deadline is checked on every few
   struct AlignedDelete {
     void operator()(std::byte* p) const { ::operator delete[](p, std::align_val_t(64)); }
   };

@@ -98,6 +98,14 @@ void Engine::wake() {
   }
 }
 
+void Engine::noteRanksOnThisHost(int ranks) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                                  : static_cast<int>(std::thread::hardware_concurrency());
+  if (ranks > std::max(1, cores)) yieldAfter_.store(4, std::memory_order_relaxed);
+}
+
 void Engine::notifyFinished() {
   { std::lock_guard<std::mutex> lock(doneMu_); }
   doneCv_.notify_all();
@@ -122,7 +130,9 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
   const auto start = Clock::now();
   auto lastMove = start;
   bool finished = done();
-  for (unsigned idle = 0; !finished; ++idle) {
+  // The clock is read every few passes only: on virtual machines a read can cost as much as a pass.
+  constexpr unsigned kClockEvery = 8;
+  for (unsigned idle = 0, passes = 0; !finished; ++passes) {
     bool moved = false;
     if (passMu_.try_lock()) {
       moved = pass();
@@ -130,18 +140,22 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
     }
     finished = done();
     if (finished) break;
-    const auto now = Clock::now();
     if (moved) {
-      lastMove = now;
       idle = 0;
-    } else if (now - lastMove >= idleBudget) {
-      break;
+      lastMove = Clock::time_point{};  // read again below
+    } else {
+      ++idle;
     }
-    if (now - start >= totalBudget) break;
-    // Nothing moved: give a rank that shares this core the chance to answer. Yield only after a few idle passes,
-    // so that a peer on another core, which answers within a microsecond, costs no system call.
+    if (passes % kClockEvery == 0 || lastMove == Clock::time_point{}) {
+      const auto now = Clock::now();
+      if (lastMove == Clock::time_point{}) lastMove = now;
+      if (now - lastMove >= idleBudget || now - start >= totalBudget) break;
+    }
+    // Nothing moved: a rank that shares this core may need it to answer. With a core per rank, yield only now and
+    // then (a peer on another core answers within a microsecond, and a yield is a system call); with more ranks
+    // than cores, yield after a few idle passes.
     if (!moved) {
-      if (idle >= 16)
+      if (idle % yieldAfter_.load(std::memory_order_relaxed) == 0)
         sched_yield();
       else
         relax();

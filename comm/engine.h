@@ -35,6 +35,10 @@ class Engine {
   Status attach(Communicator* comm, const std::vector<int>& fds);
   // Blocks until no pass will touch comm again.
   void detach(Communicator* comm, const std::vector<int>& fds);
+  // A communicator has this many ranks on this host: when they outnumber the cores this process may run on, a
+  // waiting caller yields the core after a few idle passes instead of a few hundred (the peer it waits for may
+  // need that core to answer).
+  void noteRanksOnThisHost(int ranks);
   // Work was queued or a communicator failed: the engine thread runs a pass soon, unless a caller drives.
   void wake();
 
@@ -72,6 +76,7 @@ class Engine {
   // The engine thread's state, and what wakes it: wake() bumps wakeSeq_, then ends its sleep (eventfd) or its park
   // (condition variable). It sleeps or parks only if wakeSeq_ did not move since its last pass began.
   std::atomic<int> drivers_{0};  // callers inside drive()
+  std::atomic<unsigned> yieldAfter_{256};  // idle passes a driver polls before it yields the core
   std::atomic<uint64_t> wakeSeq_{0};
   std::atomic<Mode> mode_{Mode::kRunning};
   std::mutex parkMu_;

@@ -31,7 +31,6 @@ const char* kindName(Kind kind);
 struct Properties {
   Kind kind = Kind::kTcp;
   std::string name;          // "tcp", "ucx(rc_mlx5)": logs and HETCOMM_TRANSPORT
-  std::string reach;         // who it can reach: a host id (shm), a fabric id (verbs), "ip" (tcp)
   double latencyUs = 0;      // nominal alpha; the topology replaces it with a probe result
   double bandwidthGBps = 0;  // nominal 1/beta, GB = 1e9 bytes
 };

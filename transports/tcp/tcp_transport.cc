@@ -352,7 +352,6 @@ TcpTransport::TcpTransport(const Config& config, std::vector<Interface> ifaces, 
     : config_(config), ifaces_(std::move(ifaces)), nsocks_(nsocks), epollFd_(epollFd), ifnameForced_(ifnameForced) {
   props_.kind = Kind::kTcp;
   props_.name = "tcp";
-  props_.reach = "ip";
   props_.latencyUs = 20;
   props_.bandwidthGBps = 1.25;
 }

@@ -668,7 +668,6 @@ Result<std::unique_ptr<UcxTransport>> UcxTransport::create(const Config& config)
 UcxTransport::UcxTransport(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {
   props_.kind = Kind::kUcx;
   props_.name = "ucx(" + allowedTransports() + ")";
-  props_.reach = "ucx";
   props_.latencyUs = 20;
   props_.bandwidthGBps = 1.25;
 }

@@ -335,16 +335,10 @@ VerbsTransport::VerbsTransport(std::unique_ptr<Impl> impl) : impl_(std::move(imp
   props_.name = "verbs";
   uint64_t best = 0;
   bool allRoce = true;
-  std::vector<std::string> fabrics;
   for (const auto& p : impl_->ports) {
     best = std::max(best, p.rateMbps);
     allRoce = allRoce && p.roce;
-    uint64_t prefix = 0;
-    for (int i = 0; i < 8; ++i) prefix = (prefix << 8) | p.gid[i];
-    std::string f = p.roce ? std::string("roce") : format("ib:%016llx", (unsigned long long)prefix);
-    if (std::find(fabrics.begin(), fabrics.end(), f) == fabrics.end()) fabrics.push_back(f);
   }
-  props_.reach = joined(fabrics);
   props_.latencyUs = allRoce ? 3 : 2;
   props_.bandwidthGBps = static_cast<double>(best) / 8000;
 }

@@ -1,0 +1,99 @@
+// api_internal.h: what the files of the C API share (api.cc, the extern "C" layer; api_support.cc, handles,
+// argument checks and the error boundary; api_ops.cc, operations, groups and streams; api_init.cc, communicator
+// creation). Internal to libhetcomm: nothing here is public.
+#pragma once
+
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/op.h"
+#include "common/log.h"
+#include "common/param.h"
+#include "common/status.h"
+#include "hetcomm/hetcomm.h"
+
+struct hetcommComm {};    // opaque handle: points at a Communicator
+struct hetcommStream {};  // opaque handle: points at a Stream
+
+namespace hetcomm::comm {
+
+HC_PARAM_INT(timeoutParam, "TIMEOUT", 300)
+
+namespace api {
+
+// ---- the error boundary (api_support.cc) ----
+extern thread_local std::string tLastError;
+extern thread_local int tApiRank;  // the rank of the communicator the current call named, for its log lines
+// The error the current call returns is a communicator's sticky error, which the communicator logged when it
+// decided it: the boundary must not log it again.
+extern thread_local bool tErrorLogged;
+Status alreadyLogged(Status st);
+inline hetcommResult_t toResult(Code c) { return static_cast<hetcommResult_t>(static_cast<int>(c)); }
+
+// Every entry point has one shape: guard() runs a lambda returning Status, maps its code to hetcommResult_t, keeps
+// the message for hetcommGetLastError, and turns any stray exception into hetcommInternalError.
+template <class F>
+hetcommResult_t guard(const char* fn, F&& body) {
+  tApiRank = -1;
+  tErrorLogged = false;
+  try {
+    Status st = body();
+    log::ScopedRank scope(tApiRank);
+    if (st.ok()) return hetcommSuccess;
+    if (st.code() != Code::kInProgress) {
+      tLastError = std::string(fn) + ": " + std::string(st.message());
+      // Operation failures are logged once where they were decided (the communicator); argument and usage errors
+      // are decided here.
+      if (!tErrorLogged && (st.code() == Code::kInvalidArgument || st.code() == Code::kInvalidUsage))
+        HC_WARN("%s", tLastError.c_str());
+    }
+    return toResult(st.code());
+  } catch (const std::exception& e) {
+    tLastError = std::string(fn) + ": internal error: " + e.what();
+  } catch (...) {
+    tLastError = std::string(fn) + ": internal error: unknown exception";
+  }
+  HC_WARN("%s", tLastError.c_str());
+  return hetcommInternalError;
+}
+
+// ---- live handles: a destroyed or made-up handle is refused, not dereferenced (api_support.cc) ----
+void registerComm(Communicator* c);
+bool unregisterComm(Communicator* c);
+bool isLiveComm(const void* c);
+Result<Communicator*> liveComm(hetcommComm_t handle, const char* what = "comm");
+// A communicator that can take operations now.
+Result<Communicator*> readyComm(hetcommComm_t handle);
+Stream* createStream();
+void destroyStream(Stream* s);
+Result<Stream*> streamOf(hetcommStream_t s);
+
+// ---- argument checks (api_support.cc) ----
+Status checkType(hetcommDataType_t t);
+Status checkOp(hetcommRedOp_t op);
+Status checkBuf(const void* p, size_t count, const char* name);
+Status checkRank(int r, int n, const char* what);
+// Sizes in bytes must fit in memory with room to spare: a count near SIZE_MAX (a negative int passed as size_t,
+// say) is an argument error, not an allocation failure later.
+Status checkCount(size_t count, size_t elemSize, int blocks);
+
+// ---- operations, groups, streams (api_ops.cc) ----
+Status collective(coll::CollKind kind, const void* send, void* recv, size_t count, hetcommDataType_t dtype,
+                  hetcommRedOp_t redop, int root, hetcommComm_t comm, hetcommStream_t stream);
+Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, int peer, hetcommComm_t comm,
+           hetcommStream_t stream);
+void groupStart();
+Status groupEnd();
+// Waits for the stream's last operation; returns (and clears) the first error of any operation on it.
+Status syncStream(Stream* s);
+
+// ---- communicator creation (api_init.cc) ----
+Result<CommOptions> optionsFrom(const hetcommConfig_t* config);
+Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint64_t commId, int rank,
+                const hetcommConfig_t* config);
+Status getUniqueId(hetcommUniqueId* id);
+Status initFromEnv(hetcommComm_t* out);
+Status initAll(hetcommComm_t* comms, int ndev);
+
+}  // namespace api
+}  // namespace hetcomm::comm

@@ -1,0 +1,230 @@
+// api_ops.cc: operations through the C API: a collective or point-to-point call becomes an Op, queued on its
+// communicator (or held until hetcommGroupEnd inside a group), then waited for (no stream: the caller drives it)
+// or started (on a stream: Engine::start). Groups are per thread.
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "comm/api_internal.h"
+#include "comm/engine.h"
+#include "kernels/datatype.h"
+
+namespace hetcomm::comm::api {
+
+// ---- groups: per thread ----
+struct Pending {
+  Communicator* comm;
+  std::shared_ptr<Op> op;
+};
+struct GroupState {
+  int depth = 0;
+  std::vector<Pending> pending;
+};
+namespace {
+thread_local GroupState tGroup;
+}  // namespace
+
+Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
+  Stream* s = op->stream;
+  if (s) {
+    // Held across enqueue: a refused op must not become the stream's last (later ops would not wait for the real
+    // last one, and synchronize would return early).
+    std::lock_guard<std::mutex> lock(s->mu);
+    op->after = s->last;
+    Status st = alreadyLogged(c->enqueue(op));
+    if (st.ok()) {
+      s->last = op;
+      return st;
+    }
+    op->error = st;
+    op->state.store(Op::kFailed, std::memory_order_release);
+    return st;
+  }
+  Status st = alreadyLogged(c->enqueue(op));
+  if (!st.ok()) {  // never queued: mark it finished
+    op->error = st;
+    op->state.store(Op::kFailed, std::memory_order_release);
+  }
+  return st;
+}
+
+Status waitOp(const std::shared_ptr<Op>& op) {
+  Engine::get().waitUntil([&] { return op->finished(); });
+  return alreadyLogged(op->error);
+}
+
+Status pairSelf(const Op& op, int me);
+
+// Queues op now, or at GroupEnd inside a group; without a stream, waits for it.
+Status launch(Communicator* c, std::shared_ptr<Op> op) {
+  op->comm = c;
+  if (tGroup.depth > 0) {
+    tGroup.pending.push_back({c, std::move(op)});
+    return okStatus();
+  }
+  if (op->args.kind == coll::CollKind::kSendRecv) {
+    if (Status st = pairSelf(*op, c->rank()); !st.ok()) {
+      c->releaseP2pSeqs(op->args.p2p);
+      return st;
+    }
+  }
+  // An asynchronous op that is first in line is started on this thread; behind others, the thread that runs
+  // those (the engine, or a caller waiting for them) takes it in turn.
+  const bool first = c->idle();
+  HC_TRY(submit(c, op));
+  if (!op->stream) return waitOp(op);
+  if (first)
+    Engine::get().start([&] { return op->finished(); });
+  else
+    Engine::get().wake();
+  return okStatus();
+}
+
+Status collective(coll::CollKind kind, const void* send, void* recv, size_t count, hetcommDataType_t dtype,
+                  hetcommRedOp_t redop, int root, hetcommComm_t comm, hetcommStream_t stream) {
+  HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
+  HC_TRY(checkType(dtype));
+  const bool reduces =
+      kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kReduce || kind == coll::CollKind::kReduceScatter;
+  if (reduces) HC_TRY(checkOp(redop));
+  const bool rooted = kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce;
+  if (rooted) HC_TRY(checkRank(root, c->nranks(), "root"));
+  HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
+  auto op = std::make_shared<Op>();
+  op->args.kind = kind;
+  op->args.count = count;
+  op->args.dtype = static_cast<kernels::DataType>(dtype);
+  op->args.op = reduces ? static_cast<kernels::RedOp>(redop) : kernels::RedOp::kSum;
+  op->args.root = rooted ? root : 0;
+  const int n = c->nranks(), me = c->rank();
+  HC_TRY(checkCount(
+      count, kernels::sizeOf(op->args.dtype),
+      kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce ? 1
+                                                                                                                  : n));
+  const size_t sendCount = op->args.sendBytes(n) / kernels::sizeOf(op->args.dtype);
+  const size_t recvCount = op->args.recvBytes(n) / kernels::sizeOf(op->args.dtype);
+  // Buffers only the root uses may be NULL elsewhere, as in NCCL.
+  const bool needSend = kind != coll::CollKind::kBroadcast || me == root;
+  const bool needRecv = kind != coll::CollKind::kReduce || me == root;
+  if (needSend) HC_TRY(checkBuf(send, sendCount, "sendbuff"));
+  if (needRecv) HC_TRY(checkBuf(recv, recvCount, "recvbuff"));
+  const size_t esz = kernels::sizeOf(op->args.dtype);
+  const auto* sb = static_cast<const std::byte*>(send);
+  const auto* rb = static_cast<const std::byte*>(recv);
+  switch (kind) {
+    case coll::CollKind::kAllGather:
+      op->args.inPlace = sb && sb == rb + me * count * esz;
+      break;
+    case coll::CollKind::kReduceScatter:
+      op->args.inPlace = rb && rb == sb + me * count * esz;
+      break;
+    default:
+      op->args.inPlace = sb && sb == rb;
+      break;
+  }
+  op->send = send;
+  op->recv = recv;
+  op->stream = s;
+  op->seq = c->nextCollectiveSeq();
+  return launch(c, std::move(op));
+}
+
+Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, int peer, hetcommComm_t comm,
+           hetcommStream_t stream) {
+  HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
+  HC_TRY(checkType(dtype));
+  HC_TRY(checkRank(peer, c->nranks(), "peer"));
+  HC_TRY(checkCount(count, kernels::sizeOf(static_cast<kernels::DataType>(dtype)), 1));
+  HC_TRY(checkBuf(buf, count, isSend ? "sendbuff" : "recvbuff"));
+  HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
+  coll::P2pOp p;
+  p.isSend = isSend;
+  p.peer = peer;
+  p.bytes = count * kernels::sizeOf(static_cast<kernels::DataType>(dtype));
+  p.seq = c->nextP2pSeq(peer, isSend);
+  auto op = std::make_shared<Op>();
+  op->args.kind = coll::CollKind::kSendRecv;
+  op->args.dtype = static_cast<kernels::DataType>(dtype);
+  op->args.p2p.push_back(p);
+  op->extras.push_back(static_cast<std::byte*>(const_cast<void*>(buf)));
+  op->stream = s;
+  return launch(c, std::move(op));
+}
+
+// Sends to self are copies into receives from self of the same group: check they pair up before queueing, so a
+// mistake is an argument error and not a failed communicator.
+Status pairSelf(const Op& op, int me) {
+  std::vector<size_t> sends, recvs;
+  for (const auto& p : op.args.p2p)
+    if (p.peer == me) (p.isSend ? sends : recvs).push_back(p.bytes);
+  if (sends.size() != recvs.size())
+    return invalidUsage("%zu send(s) to self but %zu receive(s) from self: each needs its partner in the same group",
+                        sends.size(), recvs.size());
+  for (size_t k = 0; k < sends.size(); ++k)
+    if (sends[k] != recvs[k])
+      return invalidUsage("a send to self of %zu bytes meets a receive from self of %zu bytes", sends[k], recvs[k]);
+  return okStatus();
+}
+
+void groupStart() { ++tGroup.depth; }
+
+Status groupEnd() {
+  if (tGroup.depth == 0) return invalidUsage("hetcommGroupEnd without hetcommGroupStart");
+  if (--tGroup.depth > 0) return okStatus();
+  std::vector<Pending> pending;
+  pending.swap(tGroup.pending);
+  // One fused point-to-point op per (communicator, stream), at the place of its first send or receive.
+  std::vector<Pending> ops;
+  for (auto& p : pending) {
+    if (p.op->args.kind != coll::CollKind::kSendRecv) {
+      ops.push_back(std::move(p));
+      continue;
+    }
+    auto it = std::find_if(ops.begin(), ops.end(), [&](const Pending& q) {
+      return q.comm == p.comm && q.op->stream == p.op->stream && q.op->args.kind == coll::CollKind::kSendRecv;
+    });
+    if (it == ops.end()) {
+      ops.push_back(std::move(p));
+    } else {
+      it->op->args.p2p.push_back(p.op->args.p2p[0]);
+      it->op->extras.push_back(p.op->extras[0]);
+    }
+  }
+  Status first;
+  std::vector<std::shared_ptr<Op>> waits, started;
+  for (auto& p : ops) {
+    Status st;
+    if (p.op->args.kind == coll::CollKind::kSendRecv) {
+      st = pairSelf(*p.op, p.comm->rank());
+      if (!st.ok()) p.comm->releaseP2pSeqs(p.op->args.p2p);
+    }
+    if (st.ok()) st = submit(p.comm, p.op);
+    if (!st.ok()) {
+      if (first.ok()) first = st;
+      continue;
+    }
+    (p.op->stream ? started : waits).push_back(p.op);
+  }
+  if (!started.empty())
+    Engine::get().start([&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });
+  for (auto& op : waits) {
+    Status st = waitOp(op);
+    if (!st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
+Status syncStream(Stream* s) {
+  std::shared_ptr<Op> last;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    last = s->last;
+  }
+  if (last) Engine::get().waitUntil([&] { return last->finished(); });
+  std::lock_guard<std::mutex> lock(s->mu);
+  Status st = s->firstError;
+  s->firstError = Status();
+  return alreadyLogged(st);
+}
+
+}  // namespace hetcomm::comm::api
