@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "transports/blob.h"
 #include "transports/buffer_pool.h"
 
 namespace hetcomm::transport::shm {
@@ -82,32 +83,22 @@ struct Blob {
 };
 
 std::vector<std::byte> encode(const Blob& b) {
-  std::string t = format("hcshm=1\nhost=%s\npid=%d\nnonce=%llx\nprobe=%llx\n", b.host.c_str(), b.pid,
-                         (unsigned long long)b.nonce, (unsigned long long)b.probeAddr);
-  auto* p = reinterpret_cast<const std::byte*>(t.data());
-  return {p, p + t.size()};
+  return TextBlob("hcshm", 1)
+      .put("host", b.host)
+      .put("pid", std::to_string(b.pid))
+      .put("nonce", format("%llx", (unsigned long long)b.nonce))
+      .put("probe", format("%llx", (unsigned long long)b.probeAddr))
+      .bytes();
 }
 
 Result<Blob> decode(std::span<const std::byte> raw, int peer) {
-  std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());
+  const TextBlob t = TextBlob::parse(raw, "hcshm", 1);
   Blob b;
-  bool ok = false;
-  for (const auto& line : split(text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
-    if (k == "hcshm")
-      ok = v == "1";
-    else if (k == "host")
-      b.host = v;
-    else if (k == "pid")
-      b.pid = std::atoi(v.c_str());
-    else if (k == "nonce")
-      b.nonce = std::strtoull(v.c_str(), nullptr, 16);
-    else if (k == "probe")
-      b.probeAddr = std::strtoull(v.c_str(), nullptr, 16);
-  }
-  if (!ok || b.pid <= 0) return remoteError("rank %d's shm blob is malformed", peer);
+  if (const std::string* v = t.find("host")) b.host = *v;
+  if (const std::string* v = t.find("pid")) b.pid = std::atoi(v->c_str());
+  if (const std::string* v = t.find("nonce")) b.nonce = std::strtoull(v->c_str(), nullptr, 16);
+  if (const std::string* v = t.find("probe")) b.probeAddr = std::strtoull(v->c_str(), nullptr, 16);
+  if (!t.ok() || b.pid <= 0) return remoteError("rank %d's shm blob is malformed", peer);
   return b;
 }
 

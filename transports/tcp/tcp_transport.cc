@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
+#include "transports/blob.h"
 #include "transports/tcp/tcp_connection.h"
 
 namespace hetcomm::transport::tcp {
@@ -62,7 +63,7 @@ struct Ack {
   crypto::Mac mac{};
 };
 
-// ---- blob: "key=value" lines ----
+// ---- blob (transports/blob.h) ----
 struct PeerInfo {
   std::string host;
   uint16_t port = 0;
@@ -70,31 +71,18 @@ struct PeerInfo {
 };
 
 std::vector<std::byte> encodeBlob(const std::string& host, uint16_t port, const std::vector<Interface>& ifaces) {
-  std::string text = "hctcp=1\nhost=" + host + "\nport=" + std::to_string(port) + "\naddrs=";
-  for (size_t i = 0; i < ifaces.size(); ++i) text += (i ? "," : "") + ifaces[i].addr;
-  text += "\n";
-  auto* p = reinterpret_cast<const std::byte*>(text.data());
-  return std::vector<std::byte>(p, p + text.size());
+  std::string addrs;
+  for (size_t i = 0; i < ifaces.size(); ++i) addrs += (i ? "," : "") + ifaces[i].addr;
+  return TextBlob("hctcp", 1).put("host", host).put("port", std::to_string(port)).put("addrs", addrs).bytes();
 }
 
 Result<PeerInfo> decodeBlob(std::span<const std::byte> blob, int peer) {
-  std::string text(reinterpret_cast<const char*>(blob.data()), blob.size());
+  const TextBlob b = TextBlob::parse(blob, "hctcp", 1);
   PeerInfo info;
-  bool versionOk = false;
-  for (const auto& line : split(text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-    if (key == "hctcp")
-      versionOk = value == "1";
-    else if (key == "host")
-      info.host = value;
-    else if (key == "port")
-      info.port = static_cast<uint16_t>(std::atoi(value.c_str()));
-    else if (key == "addrs")
-      info.addrs = split(value, ',');
-  }
-  if (!versionOk || info.port == 0 || info.addrs.empty() || info.addrs[0].empty())
+  if (const std::string* v = b.find("host")) info.host = *v;
+  if (const std::string* v = b.find("port")) info.port = static_cast<uint16_t>(std::atoi(v->c_str()));
+  if (const std::string* v = b.find("addrs")) info.addrs = split(*v, ',');
+  if (!b.ok() || info.port == 0 || info.addrs.empty() || info.addrs[0].empty())
     return remoteError("rank %d's tcp address blob is malformed", peer);
   return info;
 }

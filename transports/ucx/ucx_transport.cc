@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "transports/blob.h"
 
 namespace hetcomm::transport::ucx {
 
@@ -131,33 +132,28 @@ crypto::Mac addressMac(const crypto::Secret& secret, const crypto::Nonce& nonce,
 }
 
 std::vector<std::byte> encodeBlob(const Blob& b) {
-  std::string text = "hcucx=1\nhost=" + b.host + "\npid=" + std::to_string(b.pid) +
-                     "\nnonce=" + toHex(b.nonce.data(), b.nonce.size()) +
-                     "\naddr=" + toHex(b.address.data(), b.address.size()) +
-                     "\naddrmac=" + toHex(b.addressMac.data(), b.addressMac.size()) + "\n";
-  auto* p = reinterpret_cast<const std::byte*>(text.data());
-  return {p, p + text.size()};
+  return TextBlob("hcucx", 1)
+      .put("host", b.host)
+      .put("pid", std::to_string(b.pid))
+      .put("nonce", toHex(b.nonce.data(), b.nonce.size()))
+      .put("addr", toHex(b.address.data(), b.address.size()))
+      .put("addrmac", toHex(b.addressMac.data(), b.addressMac.size()))
+      .bytes();
 }
 
 Result<Blob> decodeBlob(std::span<const std::byte> raw, int peer) {
-  std::string text(reinterpret_cast<const char*>(raw.data()), raw.size());
+  const TextBlob t = TextBlob::parse(raw, "hcucx", 1);
   Blob b;
-  bool magic = false, nonce = false, addr = false, mac = false;
-  for (const auto& line : split(text, '\n')) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-    if (key == "hcucx") magic = value == "1";
-    if (key == "host") b.host = value;
-    if (key == "pid") b.pid = std::atoi(value.c_str());
-    if (key == "nonce") nonce = fromHex(value, b.nonce.data(), b.nonce.size());
-    if (key == "addrmac") mac = fromHex(value, b.addressMac.data(), b.addressMac.size());
-    if (key == "addr" && !value.empty() && value.size() % 2 == 0 && value.size() <= (1 << 20)) {
-      b.address.resize(value.size() / 2);
-      addr = fromHex(value, b.address.data(), b.address.size());
-    }
+  bool nonce = false, addr = false, mac = false;
+  if (const std::string* v = t.find("host")) b.host = *v;
+  if (const std::string* v = t.find("pid")) b.pid = std::atoi(v->c_str());
+  if (const std::string* v = t.find("nonce")) nonce = fromHex(*v, b.nonce.data(), b.nonce.size());
+  if (const std::string* v = t.find("addrmac")) mac = fromHex(*v, b.addressMac.data(), b.addressMac.size());
+  if (const std::string* v = t.find("addr"); v && !v->empty() && v->size() % 2 == 0 && v->size() <= (1 << 20)) {
+    b.address.resize(v->size() / 2);
+    addr = fromHex(*v, b.address.data(), b.address.size());
   }
-  if (!magic || !nonce || !addr || !mac || b.host.empty())
+  if (!t.ok() || !nonce || !addr || !mac || b.host.empty())
     return remoteError("ucx: rank %d's address blob is malformed (%zu bytes)", peer, raw.size());
   return b;
 }
