@@ -24,6 +24,7 @@
 #include "common/strings.h"
 #include "transports/blob.h"
 #include "transports/buffer_pool.h"
+#include "transports/inbound.h"
 
 namespace hetcomm::transport::shm {
 
@@ -133,7 +134,8 @@ class ShmConnection final : public Connection {
         peerAddrLen_(peerAddrLen),
         pidfd_(pidfd),
         out_(seg->ring[side]),
-        in_(seg->ring[1 - side]) {}
+        in_(seg->ring[1 - side]),
+        inbound_("shm", me, peer) {}
   ~ShmConnection() override;
 
   int peer() const override { return peer_; }
@@ -166,27 +168,14 @@ class ShmConnection final : public Connection {
     size_t sent = 0;   // payload bytes framed so far
     std::string text;  // abort reason
   };
-  struct Inbound {
-    Request* req = nullptr;
-    std::span<std::byte> user;
-    bool haveHeader = false, intoUser = false, complete = false, discard = false;
-    bool cma = false;  // the data waits in the sender's memory at remote
-    uint64_t remote = 0, total = 0, received = 0;
-    BufferPool::Lease buf;
-    std::byte* base() { return intoUser ? user.data() : buf.get(); }
-  };
+  using Inbound = InboundMessages::Message;
 
   bool flushOut();
   bool readIn();
   // A posted receive from the peer still waits for its data: traffic flows both ways.
-  bool waitingReceives() const {
-    for (const auto& [tag, in] : inbound_)
-      if (in.req && !in.complete) return true;
-    return false;
-  }
+  bool waitingReceives() const { return inbound_.anyWaiting(); }
   void handleData(const FrameHeader& h, uint64_t payloadPos);
   void pull(uint64_t tag, Inbound& in);  // cross-memory attach into the posted buffer, then ack
-  void finishInbound(uint64_t tag, Inbound& in);
   void copyOutOfRing(std::byte* dst, uint64_t pos, size_t n);
   void copyIntoRing(uint64_t pos, const void* src, size_t n);
   void notifyPeer();
@@ -206,8 +195,7 @@ class ShmConnection final : public Connection {
   Ring& in_;
   std::deque<Out> outq_;
   std::unordered_map<uint64_t, Request*> awaitingAck_;
-  BufferPool early_;  // before inbound_, whose leases return to it
-  std::unordered_map<uint64_t, Inbound> inbound_;
+  InboundMessages inbound_;
   Status broken_;
   bool peerExited_ = false;
   std::string abortReason_;
@@ -328,42 +316,15 @@ void ShmConnection::sendAbort(std::string_view reason) noexcept {
 // ---- receiving ----
 
 Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag) {
-  req.state = Request::State::kPending;
-  req.bytes = 0;
-  auto it = inbound_.find(tag);
-  if (it != inbound_.end()) {
-    Inbound& in = it->second;
-    if (in.req || in.discard)
-      return internalError("shm: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
-                           peer_);
-    if (in.total != buf.size()) {
-      req.fail(sizeMismatch(peer_, in.total, tag, me_, buf.size()));
-      if (in.cma) {  // let the sender go: its buffer is not read
-        outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
-        inbound_.erase(it);
-        flushOut();
-      } else if (in.complete) {
-        inbound_.erase(it);
-      } else {
-        in.discard = true;
-      }
-      return okStatus();
-    }
-    in.req = &req;
-    in.user = buf;
-    if (in.cma)
-      pull(tag, in);
-    else if (in.complete)
-      finishInbound(tag, in);
-    return okStatus();
+  Inbound* in = nullptr;
+  HC_ASSIGN_OR_RETURN(InboundMessages::Posted posted,
+                      inbound_.post(req, buf, tag, !broken_.ok() ? broken_ : peerExited_ ? gone() : okStatus(), &in));
+  if (posted == InboundMessages::Posted::kPull) {
+    pull(tag, *in);
+  } else if (posted == InboundMessages::Posted::kRefusedRendezvous) {  // let the sender go: its buffer is not read
+    outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
+    flushOut();
   }
-  if (!broken_.ok() || peerExited_) {
-    req.fail(broken_.ok() ? gone() : broken_);
-    return okStatus();
-  }
-  Inbound& in = inbound_[tag];
-  in.req = &req;
-  in.user = buf;
   return okStatus();
 }
 
@@ -399,50 +360,19 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
                      (unsigned long long)in.total, (unsigned long long)tag));
     return;
   }
-  Request* req = in.req;
-  inbound_.erase(tag);
-  req->succeed(done);
+  inbound_.finish(tag, in);
   outq_.push_back({FrameHeader::kAck, nullptr, tag, 0, nullptr});
   flushOut();
 }
 
-void ShmConnection::finishInbound(uint64_t tag, Inbound& in) {
-  in.complete = true;
-  if (in.discard) {
-    inbound_.erase(tag);
-    return;
-  }
-  if (!in.req) return;  // arrived early: waits for its irecv
-  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
-  Request* req = in.req;
-  uint64_t total = in.total;
-  inbound_.erase(tag);
-  req->succeed(total);
-}
-
 void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
-  Inbound& in = inbound_[h.tag];
-  if (!in.haveHeader) {
-    in.haveHeader = true;
-    in.total = h.total;
-    if (in.req && in.user.size() == h.total) {
-      in.intoUser = true;
-    } else {
-      if (in.req) {
-        in.req->fail(sizeMismatch(peer_, h.total, h.tag, me_, in.user.size()));
-        in.req = nullptr;
-        in.discard = true;
-      }
-      in.buf = early_.take(h.total);
-    }
-  }
-  if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
+  Inbound* in = inbound_.frame(h.tag, h.total, h.offset, h.len);
+  if (!in) {
     fail(remoteError("rank %d wrote a malformed shm frame (tag %#llx)", peer_, (unsigned long long)h.tag));
     return;
   }
-  if (h.len) copyOutOfRing(in.base() + h.offset, payloadPos, h.len);
-  in.received += h.len;
-  if (in.received == in.total) finishInbound(h.tag, in);
+  if (h.len) copyOutOfRing(in->base() + h.offset, payloadPos, h.len);
+  inbound_.landed(h.tag, *in, h.len);
 }
 
 bool ShmConnection::readIn() {
@@ -461,20 +391,11 @@ bool ShmConnection::readIn() {
         handleData(h, tail + sizeof(h));
         break;
       case FrameHeader::kCma: {
-        Inbound& in = inbound_[h.tag];
-        in.cma = true;
-        in.haveHeader = true;
-        in.remote = h.offset;
-        in.total = h.total;
-        if (in.req) {
-          if (in.user.size() == h.total) {
-            pull(h.tag, in);
-          } else {
-            in.req->fail(sizeMismatch(peer_, h.total, h.tag, me_, in.user.size()));
-            inbound_.erase(h.tag);
-            outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
-          }
-        }
+        Inbound* in = inbound_.announce(h.tag, h.total, h.offset);
+        if (!in)  // its receive wanted another size: let the sender go
+          outq_.push_back({FrameHeader::kAck, nullptr, h.tag, 0, nullptr});
+        else if (in->req)
+          pull(h.tag, *in);
         break;
       }
       case FrameHeader::kAck: {
@@ -536,15 +457,7 @@ void ShmConnection::peerExited() {
   progress();
   peerExited_ = true;
   Status why = gone();
-  for (auto it = inbound_.begin(); it != inbound_.end();) {
-    Inbound& in = it->second;
-    if (in.complete && !in.req && !in.cma) {
-      ++it;
-      continue;
-    }
-    if (in.req) in.req->fail(why);
-    it = inbound_.erase(it);
-  }
+  inbound_.failAll(why, /*keepEarly=*/true);
   for (auto& o : outq_)
     if (o.req) o.req->fail(why);
   outq_.clear();
@@ -556,9 +469,7 @@ void ShmConnection::fail(const Status& why) {
   if (!broken_.ok()) return;
   broken_ = why;
   seg_->closed[side_].store(1, std::memory_order_seq_cst);  // before any caller can release a buffer
-  for (auto& [tag, in] : inbound_)
-    if (in.req) in.req->fail(why);
-  inbound_.clear();
+  inbound_.failAll(why, /*keepEarly=*/false);
   for (auto& o : outq_)
     if (o.req) o.req->fail(why);
   outq_.clear();

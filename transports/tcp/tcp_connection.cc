@@ -37,7 +37,7 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
                              std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths)
-    : epollFd_(epollFd), myRank_(myRank), peer_(peer) {
+    : epollFd_(epollFd), myRank_(myRank), peer_(peer), inbound_("tcp", myRank, peer) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
     if (i < weights.size() && weights[i] >= 0) s->weight = weights[i];
@@ -274,92 +274,22 @@ void TcpConnection::sendAbort(std::string_view reason) noexcept {
 // ---- receiving ----
 
 Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag) {
-  req.state = Request::State::kPending;
-  req.bytes = 0;
-  auto it = inbound_.find(tag);
-  if (it != inbound_.end() && it->second.discard)
-    return internalError("tcp: tag %#llx from rank %d reused while its refused message is still arriving",
-                         (unsigned long long)tag, peer_);
-  if (it != inbound_.end()) {
-    Inbound& in = it->second;
-    if (in.req)
-      return internalError("tcp: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
-                           peer_);
-    if (in.total != buf.size()) {
-      req.fail(sizeMismatch(peer_, in.total, tag, myRank_, buf.size()));
-      if (in.complete) {
-        inbound_.erase(it);
-      } else {
-        in.discard = true;  // still arriving: finishInbound throws it away
-      }
-      return okStatus();
-    }
-    if (in.complete) {
-      if (!buf.empty()) std::memcpy(buf.data(), in.buf.get(), buf.size());
-      req.succeed(buf.size());
-      inbound_.erase(it);
-      return okStatus();
-    }
-    in.req = &req;  // partly here: lands in in.buf, copied out on completion
-    in.user = buf;
-    return okStatus();
-  }
-  if (!broken_.ok()) {
-    req.fail(broken_);
-    return okStatus();
-  }
-  if (eofStreams_ == streams_.size()) {
-    req.fail(peerGone());
-    return okStatus();
-  }
-  Inbound& in = inbound_[tag];
-  in.req = &req;
-  in.user = buf;
-  return okStatus();
+  const Status closed = !broken_.ok() ? broken_ : eofStreams_ == streams_.size() ? peerGone() : okStatus();
+  return inbound_.post(req, buf, tag, closed).status();
 }
 
 TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
-  Inbound& in = inbound_[h.tag];
-  if (!in.haveHeader) {
-    in.haveHeader = true;
-    in.total = h.total;
-    if (in.req && in.user.size() == h.total) {
-      in.intoUser = true;
-    } else {
-      if (in.req) {
-        in.discard = true;
-        in.req->fail(sizeMismatch(peer_, h.total, h.tag, myRank_, in.user.size()));
-        in.req = nullptr;
-      }
-      in.buf = early_.take(h.total);
-    }
-  }
-  if (h.total != in.total || h.offset > in.total || h.len > in.total - h.offset) {
+  Inbound* in = inbound_.frame(h.tag, h.total, h.offset, h.len);
+  if (!in)
     fail(remoteError("rank %d sent a malformed frame (tag %#llx, offset %llu, len %u, total %llu)", peer_,
                      (unsigned long long)h.tag, (unsigned long long)h.offset, h.len, (unsigned long long)h.total));
-    return nullptr;
-  }
-  return &in;
+  return in;
 }
 
 void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
-  auto it = inbound_.find(h.tag);
-  HC_CHECK(it != inbound_.end());
-  Inbound& in = it->second;
-  in.received += n;
-  if (in.received == in.total) finishInbound(h.tag, in);
-}
-
-void TcpConnection::finishInbound(uint64_t tag, Inbound& in) {
-  in.complete = true;
-  if (in.discard) {
-    inbound_.erase(tag);
-    return;
-  }
-  if (!in.req) return;  // arrived early: waits for its irecv
-  if (!in.intoUser && in.total) std::memcpy(in.user.data(), in.buf.get(), in.total);
-  in.req->succeed(in.total);
-  inbound_.erase(tag);
+  Inbound* in = inbound_.find(h.tag);
+  HC_CHECK(in != nullptr);
+  inbound_.landed(h.tag, *in, n);
 }
 
 bool TcpConnection::parse(TcpStream& s) {
@@ -396,7 +326,7 @@ bool TcpConnection::parse(TcpStream& s) {
       }
       continue;
     }
-    Inbound& in = inbound_.at(s.cur.tag);
+    Inbound& in = *inbound_.find(s.cur.tag);
     size_t n = std::min(s.end - s.begin, static_cast<size_t>(s.cur.len) - s.curDone);
     std::memcpy(in.base() + s.cur.offset + s.curDone, s.staging.data() + s.begin, n);
     s.begin += n;
@@ -423,7 +353,7 @@ void TcpConnection::onReadable(TcpStream& s) {
     bool direct = false;
     if (s.inPayload && s.begin == s.end && s.cur.len - s.curDone >= kDirectReadBytes) {
       // The rest of this segment goes straight to where it belongs.
-      Inbound& in = inbound_.at(s.cur.tag);
+      Inbound& in = *inbound_.find(s.cur.tag);
       std::byte* dst = in.base() + s.cur.offset + s.curDone;
       n = s.sock.read_some(asio::buffer(dst, s.cur.len - s.curDone), ec);
       direct = true;
@@ -464,14 +394,7 @@ void TcpConnection::streamEof(TcpStream& s) {
   if (eofStreams_ < streams_.size()) return;
   // The peer closed every socket, so everything it sent is here. Receives that are still waiting never complete.
   Status gone = peerGone();
-  for (auto it = inbound_.begin(); it != inbound_.end();) {
-    if (it->second.complete && !it->second.req) {
-      ++it;
-      continue;
-    }
-    if (it->second.req) it->second.req->fail(gone);
-    it = inbound_.erase(it);
-  }
+  inbound_.failAll(gone, /*keepEarly=*/true);
   for (auto& st : streams_) {
     for (auto& seg : st->sendq) seg.req->fail(gone);
     st->sendq.clear();
@@ -483,9 +406,7 @@ void TcpConnection::fail(Status why) {
   if (!broken_.ok()) return;
   broken_ = why;
   HC_TRACE(Net, "tcp: connection to rank %d failed: %s", peer_, why.toString().c_str());
-  for (auto& [tag, in] : inbound_)
-    if (in.req) in.req->fail(why);
-  inbound_.clear();
+  inbound_.failAll(why, /*keepEarly=*/false);
   for (auto& s : streams_) {
     for (auto& seg : s->sendq) seg.req->fail(why);
     s->sendq.clear();

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "transports/buffer_pool.h"
+#include "transports/inbound.h"
 #include "transports/transport.h"
 
 namespace hetcomm::transport::tcp {
@@ -110,19 +111,7 @@ class TcpConnection final : public Connection {
   void onWritable(TcpStream& s);
 
  private:
-  // A message being received, keyed by tag: created by irecv (posted) or by its first segment (unexpected).
-  struct Inbound {
-    Request* req = nullptr;
-    std::span<std::byte> user;
-    bool haveHeader = false;
-    bool intoUser = false;  // payload lands in `user` directly
-    bool complete = false;
-    bool discard = false;  // its receive was refused (wrong size): read it and throw it away
-    uint64_t total = 0;
-    uint64_t received = 0;
-    BufferPool::Lease buf;  // payload when not intoUser (uninitialised: every byte gets written)
-    std::byte* base() { return intoUser ? user.data() : buf.get(); }
-  };
+  using Inbound = InboundMessages::Message;
 
   struct Piece {
     TcpStream* stream;
@@ -140,7 +129,6 @@ class TcpConnection final : public Connection {
   bool parse(TcpStream& s);
   Inbound* beginSegment(const FrameHeader& h);
   void payloadArrived(const FrameHeader& h, size_t n);
-  void finishInbound(uint64_t tag, Inbound& in);
   void fail(Status why);
   void streamEof(TcpStream& s);
   Status peerGone() const;
@@ -152,8 +140,7 @@ class TcpConnection final : public Connection {
   std::string via_;
   std::vector<std::unique_ptr<TcpStream>> streams_;
   std::vector<Piece> pieces_;  // send()'s scratch: where the segments of the message being queued go
-  BufferPool early_;  // before inbound_, whose leases return to it
-  std::unordered_map<uint64_t, Inbound> inbound_;
+  InboundMessages inbound_;
   Status broken_;  // once set, every new request fails with it
   size_t eofStreams_ = 0;
 
