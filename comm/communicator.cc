@@ -416,6 +416,8 @@ bool Communicator::progressOnce() {
   } catch (const std::exception& e) {
     done = systemError("%s", e.what());
   }
+  if (moved)  // what this pass queued leaves now, messages to one peer together
+    for (auto& t : transports_) t->flush();
   const Op& op = *current_;
   if (!done) {
     fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, op.args.describe().c_str(),

@@ -124,8 +124,14 @@ class Transport {
     int id = -1;
   };
   virtual void preferPaths(std::vector<std::vector<Path>> byPeer) {}
-  // Moves whatever data can move now on every connection; never blocks.
+  // Moves whatever data can move now on every connection; never blocks. Sends queued since the last call go out
+  // first.
   virtual Status progress() = 0;
+  // Sends queued by isend since the last progress() go out now. A transport may hold a send back until then, so
+  // that the messages a pass queues for one peer (a collective's data and its descriptor, say) leave together in
+  // one system call; the engine calls flush() at the end of every pass that issued any. Transports that write in
+  // isend do nothing.
+  virtual void flush() {}
   // Readable when progress() has work to do; the engine polls it. -1: must be polled.
   virtual int waitFd() const = 0;
   // Called right before the engine sleeps on waitFd(), after a progress() that moved nothing. A transport whose

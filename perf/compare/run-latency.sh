@@ -89,6 +89,15 @@ def size_of(text):
 
 
 lo, hi = size_of(lo), size_of(hi)
+cores = len(os.sched_getaffinity(0))
+
+
+def iters_for(n):
+    """Calls per size: a tenth with more ranks than cores, where a call takes up to milliseconds (Gloo's ring with 8
+    ranks on 2 cores: about 10 ms); every peer runs the same count."""
+    return str(iters if n <= cores else max(50, iters // 10))
+
+
 sizes = []
 s = lo
 while s <= hi:
@@ -144,7 +153,7 @@ def gloo(name, n):
             outs.append(out)
             procs.append(subprocess.Popen([f"{cmp_dir}/gloo_allreduce", "--rank", str(k), "--size", str(n), "--store",
                                            store, "--host", "127.0.0.1", "--algo", "ring", "--sizes", size_list,
-                                           "--iters", str(iters), "--warmup", "20"],
+                                           "--iters", iters_for(n), "--warmup", "20"],
                                           stdout=open(out, "w"), stderr=subprocess.STDOUT))
         for p in procs:
             if p.wait(timeout=timeout) != 0:
@@ -186,10 +195,10 @@ for n in nranks:
         configs[("allreduce", n, t, "hetcomm")] = lambda r, n=n, t=t: rows(run(
             f"allreduce.np{n}.{t}.hetcomm.r{r}", [RUN, "-np", str(n), "-x", f"HETCOMM_TRANSPORT={t}",
                                                    f"{build}/bin/all_reduce_perf", "-b", str(lo), "-e", str(hi), "-f",
-                                                   "2", "-n", str(iters), "-w", "50", "-c", "0", "-z", "1"]), 5)
+                                                   "2", "-n", iters_for(n), "-w", "50", "-c", "0", "-z", "1"]), 5)
         configs[("allreduce", n, t, "vader" if t == "shm" else "mpitcp")] = lambda r, n=n, t=t: rows(run(
             f"allreduce.np{n}.{t}.mpi.r{r}", MPI + ["-np", str(n)] + BTL[t] + [
-                f"{cmp_dir}/mpi_allreduce", "--sizes", size_list, "--iters", str(iters), "--warmup", "50"]), 5)
+                f"{cmp_dir}/mpi_allreduce", "--sizes", size_list, "--iters", iters_for(n), "--warmup", "50"]), 5)
     configs[("allreduce", n, "tcp", "gloo")] = lambda r, n=n: rows(gloo(f"allreduce.np{n}.tcp.gloo.r{r}", n), 5)
 for t in ("shm", "tcp"):
     configs[("pingpong", 2, t, "hetcomm")] = lambda r, t=t: rows(run(

@@ -36,8 +36,13 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
     : owner(o), sock(std::move(s)), index(i), fd_(sock.native_handle()), staging(kStagingBytes) {}
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
-                             std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths)
-    : epollFd_(epollFd), myRank_(myRank), peer_(peer), inbound_("tcp", myRank, peer) {
+                             std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths,
+                             std::shared_ptr<FlushList> flushList)
+    : epollFd_(epollFd),
+      myRank_(myRank),
+      peer_(peer),
+      inbound_("tcp", myRank, peer),
+      flushList_(std::move(flushList)) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
     if (i < weights.size() && weights[i] >= 0) s->weight = weights[i];
@@ -71,7 +76,10 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
   }
 }
 
-TcpConnection::~TcpConnection() { close(invalidUsage("connection to rank %d closed", peer_)); }
+TcpConnection::~TcpConnection() {
+  close(invalidUsage("connection to rank %d closed", peer_));
+  if (flushList_ && listed_) std::erase(*flushList_, this);
+}
 
 std::string TcpConnection::describe() const {
   return format("r%d->r%d/tcp(%zu socket%s via %s)", myRank_, peer_, streams_.size(), streams_.size() == 1 ? "" : "s",
@@ -148,9 +156,20 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
     s->queuedBytes += p.len + sizeof(FrameHeader);
     touched |= 1u << (s->index & 31);
   }
+  if (flushList_) {  // written at the transport's flush(), with whatever else this pass queues
+    if (!listed_) flushList_->push_back(this);
+    listed_ = true;
+    return okStatus();
+  }
   for (auto& s : streams_)
     if (touched & (1u << (s->index & 31))) flush(*s);
   return okStatus();
+}
+
+void TcpConnection::flushQueued() {
+  listed_ = false;
+  for (auto& s : streams_)
+    if (!s->sendq.empty() && !s->wantWrite) flush(*s);  // a socket waiting for EPOLLOUT is flushed when writable
 }
 
 std::vector<size_t> stripeShares(size_t total, std::span<const double> weights) {
@@ -349,16 +368,18 @@ void TcpConnection::onReadable(TcpStream& s) {
   size_t budget = kReadBudgetBytes;
   while (budget > 0 && broken_.ok() && !s.eof) {
     boost::system::error_code ec;
-    size_t n;
+    size_t n, asked;
     bool direct = false;
     if (s.inPayload && s.begin == s.end && s.cur.len - s.curDone >= kDirectReadBytes) {
       // The rest of this segment goes straight to where it belongs.
       Inbound& in = *inbound_.find(s.cur.tag);
       std::byte* dst = in.base() + s.cur.offset + s.curDone;
-      n = s.sock.read_some(asio::buffer(dst, s.cur.len - s.curDone), ec);
+      asked = s.cur.len - s.curDone;
+      n = s.sock.read_some(asio::buffer(dst, asked), ec);
       direct = true;
     } else {
-      n = s.sock.read_some(asio::buffer(s.staging.data() + s.end, s.staging.size() - s.end), ec);
+      asked = s.staging.size() - s.end;
+      n = s.sock.read_some(asio::buffer(s.staging.data() + s.end, asked), ec);
     }
     if (ec == asio::error::would_block || ec == asio::error::try_again) return;
     if (ec == asio::error::interrupted) continue;
@@ -380,6 +401,9 @@ void TcpConnection::onReadable(TcpStream& s) {
       s.end += n;
       if (!parse(s)) return;
     }
+    // A short read emptied the socket: another read would only say so (a system call per message). Whatever
+    // comes next makes the socket readable again.
+    if (n < asked) return;
   }
 }
 

@@ -93,8 +93,13 @@ class TcpConnection final : public Connection {
  public:
   // via[i]: the address at the peer's end of socket i; weights[i]: its share of large messages (multi-rail), 0
   // for a socket that carries only messages sent over its path; paths[i]: that path's id (isendOn), -1 if none.
+  // Connections whose sends wait for the transport's flush() (TcpTransport::flush): a send only queues its
+  // segments and lists the connection here. Null: every send is written at once.
+  using FlushList = std::vector<TcpConnection*>;
+
   TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
-                std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths = {});
+                std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths = {},
+                std::shared_ptr<FlushList> flushList = nullptr);
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }
@@ -109,6 +114,8 @@ class TcpConnection final : public Connection {
   // Called by the transport's progress() for a ready socket.
   void onReadable(TcpStream& s);
   void onWritable(TcpStream& s);
+  // Writes the segments queued since the last flush (the transport's flush() and progress()).
+  void flushQueued();
 
  private:
   using Inbound = InboundMessages::Message;
@@ -141,6 +148,8 @@ class TcpConnection final : public Connection {
   std::vector<std::unique_ptr<TcpStream>> streams_;
   std::vector<Piece> pieces_;  // send()'s scratch: where the segments of the message being queued go
   InboundMessages inbound_;
+  std::shared_ptr<FlushList> flushList_;
+  bool listed_ = false;  // in *flushList_
   Status broken_;  // once set, every new request fails with it
   size_t eofStreams_ = 0;
 

@@ -461,14 +461,22 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
     std::vector<double> weights = socketWeights(pathsTo(p), via);
     std::vector<int> ids = socketPaths(pathsTo(p), via);
     auto conn = std::make_unique<TcpConnection>(epollFd_, me, p, std::move(socks), std::move(via), std::move(weights),
-                                                std::move(ids));
+                                                std::move(ids), flushList_);
     HC_TRACE(Net, "tcp: %s", conn->describe().c_str());
     conns[p] = std::move(conn);
   }
   return conns;
 }
 
+void TcpTransport::flush() {
+  // A flush may fail a connection, which never removes it from the list: take the list first.
+  TcpConnection::FlushList listed;
+  listed.swap(*flushList_);
+  for (TcpConnection* c : listed) c->flushQueued();
+}
+
 Status TcpTransport::progress() {
+  flush();
   epoll_event evs[64];
   int n = epoll_wait(epollFd_, evs, 64, 0);
   if (n < 0) return errno == EINTR ? okStatus() : errnoStatus(errno, "tcp: epoll_wait");

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/tcp/tcp_connection.h"
 #include "transports/transport.h"
 
 namespace hetcomm::transport::tcp {
@@ -51,6 +52,7 @@ class TcpTransport final : public Transport {
                                                               Deadline deadline) override;
   void preferPaths(std::vector<std::vector<Path>> byPeer) override { paths_ = std::move(byPeer); }
   Status progress() override;
+  void flush() override;
   int waitFd() const override { return epollFd_; }
 
  private:
@@ -65,6 +67,8 @@ class TcpTransport final : public Transport {
   boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
   std::vector<std::vector<Path>> paths_;  // per peer: its addresses to dial first; several: stripe over them
+  // Connections with sends queued since the last flush(): written together, one system call per socket.
+  std::shared_ptr<TcpConnection::FlushList> flushList_ = std::make_shared<TcpConnection::FlushList>();
 };
 
 }  // namespace hetcomm::transport::tcp
