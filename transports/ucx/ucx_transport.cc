@@ -423,6 +423,10 @@ Status UcxConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
   }
   auto it = early_.find(tag);
   if (it == early_.end()) {
+    // A second receive would replace the first, which would then never complete.
+    if (posted_.count(tag))
+      return internalError("ucx: a receive with tag %#llx from rank %d is already posted", (unsigned long long)tag,
+                           peer_);
     posted_[tag] = Posted{&req, buf};
     return okStatus();
   }
