@@ -40,6 +40,9 @@ namespace {
 constexpr uint32_t kSegMagic = 0x4d534348;    // "HCSM"
 constexpr size_t kRingBytes = 1 << 20;        // per direction
 constexpr size_t kMaxChunk = kRingBytes / 4;  // a frame's payload: a frame is written only when it fits whole
+// Frames are made visible to the other side (a store, a fence and a look at its wake-up flag) once this many bytes
+// are written or read, and at the end of a pass: small frames of one pass share one fence.
+constexpr size_t kPublishBytes = 16 << 10;
 // How often a pass looks for peers that exited (a system call); the engine also looks before every sleep.
 constexpr auto kExitCheckEvery = std::chrono::milliseconds(1);
 constexpr uint64_t kClockEvery = 64;
@@ -172,6 +175,8 @@ class ShmConnection final : public Connection {
 
   bool flushOut();
   bool readIn();
+  void publishHead(uint64_t head);
+  void publishTail(uint64_t tail);
   // A posted receive from the peer still waits for its data: traffic flows both ways.
   bool waitingReceives() const { return inbound_.anyWaiting(); }
   void handleData(const FrameHeader& h, uint64_t payloadPos);
@@ -250,17 +255,31 @@ void ShmConnection::notifyPeer() {
            peerAddrLen_);
 }
 
+// Makes the frames written up to head visible to the receiver, and wakes it if it sleeps. The fence orders the
+// head store before the flag load, against the receiver's flag store and head load (armAndRecheck): one of the
+// two sides sees the other's write, so a frame never waits for a receiver that went to sleep unseen.
+void ShmConnection::publishHead(uint64_t head) {
+  out_.head.store(head, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (out_.receiverWaiting.load(std::memory_order_relaxed) &&
+      out_.receiverWaiting.exchange(0, std::memory_order_seq_cst))
+    notifyPeer();
+}
+
 bool ShmConnection::flushOut() {
   bool moved = false;
+  uint64_t head = out_.head.load(std::memory_order_relaxed);
+  uint64_t published = head;
   while (!outq_.empty() && broken_.ok()) {
     Out& o = outq_.front();
     size_t payload = o.kind == FrameHeader::kData    ? std::min<size_t>(o.total - o.sent, kMaxChunk)
                      : o.kind == FrameHeader::kAbort ? o.text.size()
                                                      : 0;
-    const uint64_t head = out_.head.load(std::memory_order_relaxed);
     uint64_t tail = out_.tail.load(std::memory_order_acquire);
     if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) {
-      // Full: ask to be woken when the peer consumes, then look again (it may have consumed meanwhile).
+      // Full: what is written goes out first (the receiver makes room by reading it), then ask to be woken when
+      // the peer consumes, and look again (it may have consumed meanwhile).
+      if (head != published) publishHead(published = head);
       out_.senderWaiting.store(1, std::memory_order_seq_cst);
       tail = out_.tail.load(std::memory_order_seq_cst);
       if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) break;
@@ -272,8 +291,10 @@ bool ShmConnection::flushOut() {
     copyIntoRing(head, &h, sizeof(h));
     if (o.kind == FrameHeader::kData && payload) copyIntoRing(head + sizeof(h), o.data + o.sent, payload);
     if (o.kind == FrameHeader::kAbort) copyIntoRing(head + sizeof(h), o.text.data(), payload);
-    out_.head.store(head + sizeof(h) + payload, std::memory_order_seq_cst);
-    if (out_.receiverWaiting.exchange(0, std::memory_order_seq_cst)) notifyPeer();
+    head += sizeof(h) + payload;
+    // Small frames go out together (one fence for all); a large one at once, so the receiver copies it out while
+    // this side writes the next.
+    if (head - published >= kPublishBytes) publishHead(published = head);
     moved = true;
     o.sent += payload;
     if (o.kind == FrameHeader::kData && o.sent < o.total) continue;
@@ -284,6 +305,7 @@ bool ShmConnection::flushOut() {
     }
     outq_.pop_front();
   }
+  if (head != published) publishHead(head);
   return moved;
 }
 
@@ -378,6 +400,7 @@ void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
 bool ShmConnection::readIn() {
   bool moved = false;
   uint64_t tail = in_.tail.load(std::memory_order_relaxed);
+  uint64_t published = tail;
   const uint64_t head = in_.head.load(std::memory_order_acquire);
   while (tail < head && broken_.ok()) {
     FrameHeader h;
@@ -419,11 +442,19 @@ bool ShmConnection::readIn() {
         return true;
     }
     tail += sizeof(h) + h.len;
-    in_.tail.store(tail, std::memory_order_seq_cst);
-    if (in_.senderWaiting.exchange(0, std::memory_order_seq_cst)) notifyPeer();
+    if (tail - published >= kPublishBytes) publishTail(published = tail);
     moved = true;
   }
+  if (tail != published) publishTail(tail);
   return moved;
+}
+
+// As publishHead, for the room this side made: the sender may wait for it.
+void ShmConnection::publishTail(uint64_t tail) {
+  in_.tail.store(tail, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (in_.senderWaiting.load(std::memory_order_relaxed) && in_.senderWaiting.exchange(0, std::memory_order_seq_cst))
+    notifyPeer();
 }
 
 bool ShmConnection::progress() {
@@ -714,10 +745,13 @@ void ShmTransport::Impl::checkExits() {
 }
 
 bool ShmTransport::armForSleep() {
-  // Drop wake-up datagrams: their only job was to end a sleep, and one left behind would end the next at once.
+  // Take the wake-up datagrams, or one left behind would end the next sleep at once. One that came means a peer
+  // made progress possible since the last pass (it read from a ring this side found full, say): not ready to
+  // sleep, pass again. Dropping it and sleeping would lose that wake-up.
   char buf[64];
-  while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
-  }
+  bool woken = false;
+  while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) woken = true;
+  if (woken) return false;
   impl_->checkExits();
   // Raise the wake-up flags, then look once more: a peer may have written before it saw them.
   bool ready = true;

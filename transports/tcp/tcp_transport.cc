@@ -475,6 +475,12 @@ void TcpTransport::flush() {
   for (TcpConnection* c : listed) c->flushQueued();
 }
 
+bool TcpTransport::armForSleep() {
+  if (flushList_->empty()) return true;
+  flush();
+  return false;
+}
+
 Status TcpTransport::progress() {
   flush();
   epoll_event evs[64];

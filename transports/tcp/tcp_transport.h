@@ -53,6 +53,8 @@ class TcpTransport final : public Transport {
   void preferPaths(std::vector<std::vector<Path>> byPeer) override { paths_ = std::move(byPeer); }
   Status progress() override;
   void flush() override;
+  // Not with sends still queued: they go out first (false: pass again).
+  bool armForSleep() override;
   int waitFd() const override { return epollFd_; }
 
  private:
