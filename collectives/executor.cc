@@ -12,8 +12,21 @@ namespace hetcomm::coll {
 using transport::Request;
 
 Executor::Executor(std::shared_ptr<const Schedule> schedule, std::vector<std::byte*> buffers,
-                   std::vector<transport::Connection*> conns, uint64_t opSeq)
-    : sched_(std::move(schedule)), buffers_(std::move(buffers)), conns_(std::move(conns)), opSeq_(opSeq) {
+                   std::vector<transport::Connection*> conns, uint64_t opSeq) {
+  reset(std::move(schedule), buffers, conns, opSeq);
+}
+
+void Executor::reset(std::shared_ptr<const Schedule> schedule, std::span<std::byte* const> buffers,
+                     const std::vector<transport::Connection*>& conns, uint64_t opSeq) {
+  sched_ = std::move(schedule);
+  buffers_.assign(buffers.begin(), buffers.end());
+  conns_ = conns;
+  opSeq_ = opSeq;
+  started_ = false;
+  check_.verify = nullptr;
+  check_.pending = false;
+  inflight_.clear();
+  ready_.clear();
   const auto& steps = sched_->steps;
   const size_t n = steps.size();
   depsLeft_.resize(n);
@@ -24,23 +37,25 @@ Executor::Executor(std::shared_ptr<const Schedule> schedule, std::vector<std::by
   }
   for (size_t i = 0; i < n; ++i) dependentsStart_[i + 1] += dependentsStart_[i];
   dependents_.resize(dependentsStart_[n]);
-  std::vector<uint32_t> fill(dependentsStart_.begin(), dependentsStart_.end() - 1);
+  fill_.assign(dependentsStart_.begin(), dependentsStart_.end() - 1);
   for (size_t i = 0; i < n; ++i)
-    for (int d = 0; d < steps[i].ndeps; ++d) dependents_[fill[steps[i].deps[d]]++] = static_cast<uint32_t>(i);
-  reqs_.resize(n);
+    for (int d = 0; d < steps[i].ndeps; ++d) dependents_[fill_[steps[i].deps[d]]++] = static_cast<uint32_t>(i);
+  reqs_.assign(n, transport::Request{});
   remaining_ = n;
   // Reverse order so the stack issues steps in schedule order.
   for (size_t i = n; i-- > 0;)
     if (depsLeft_[i] == 0) ready_.push_back(static_cast<uint32_t>(i));
 }
 
-void Executor::addConsistencyCheck(int sendTo, int recvFrom, std::vector<std::byte> descriptor,
+void Executor::addConsistencyCheck(int sendTo, int recvFrom, std::span<const std::byte> descriptor,
                                    std::function<Status(std::span<const std::byte>)> verify) {
   check_.sendTo = sendTo;
   check_.recvFrom = recvFrom;
   check_.theirs.resize(descriptor.size());
-  check_.mine = std::move(descriptor);
+  check_.mine.assign(descriptor.begin(), descriptor.end());
   check_.verify = std::move(verify);
+  check_.sendReq = transport::Request{};
+  check_.recvReq = transport::Request{};
 }
 
 uint64_t Executor::wireTag(uint32_t tag) const {

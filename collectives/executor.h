@@ -24,11 +24,16 @@ class Executor {
   // opSeq (1 .. 2^31-1) keeps the tags of different operations on one communicator apart.
   Executor(std::shared_ptr<const Schedule> schedule, std::vector<std::byte*> buffers,
            std::vector<transport::Connection*> conns, uint64_t opSeq);
+  Executor() = default;
+  // Makes this executor run another schedule, as a fresh one would; its arrays keep their memory (a small
+  // collective's latency is partly its allocations). Only once the last run is done or its connections closed.
+  void reset(std::shared_ptr<const Schedule> schedule, std::span<std::byte* const> buffers,
+             const std::vector<transport::Connection*>& conns, uint64_t opSeq);
 
   // Before start(): also exchange `descriptor` with the ring neighbours (send to sendTo, receive from
   // recvFrom) and call verify on what arrives; its error fails the operation. Catches ranks calling different
   // collectives, or the same one with different arguments.
-  void addConsistencyCheck(int sendTo, int recvFrom, std::vector<std::byte> descriptor,
+  void addConsistencyCheck(int sendTo, int recvFrom, std::span<const std::byte> descriptor,
                            std::function<Status(std::span<const std::byte>)> verify);
 
   // Advances as far as possible without blocking: true when every step is done. *moved says whether any step
@@ -48,13 +53,14 @@ class Executor {
   std::shared_ptr<const Schedule> sched_;
   std::vector<std::byte*> buffers_;
   std::vector<transport::Connection*> conns_;
-  uint64_t opSeq_;
+  uint64_t opSeq_ = 0;
 
   std::vector<uint8_t> depsLeft_;
   std::vector<uint32_t> dependentsStart_, dependents_;  // CSR: who waits for step i
   std::vector<transport::Request> reqs_;
   std::vector<uint32_t> ready_, inflight_;
-  size_t remaining_;
+  std::vector<uint32_t> fill_;  // reset()'s scratch
+  size_t remaining_ = 0;
   bool started_ = false;
 
   struct Check {

@@ -277,7 +277,7 @@ Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   return plan;
 }
 
-std::vector<std::byte> Communicator::descriptor(const Op& op) const {
+Communicator::DescriptorBytes Communicator::descriptor(const Op& op) const {
   Descriptor d{};
   d.kind = static_cast<uint8_t>(op.args.kind);
   d.dtype = static_cast<uint8_t>(op.args.dtype);
@@ -285,7 +285,8 @@ std::vector<std::byte> Communicator::descriptor(const Op& op) const {
   d.root = op.args.root;
   d.count = op.args.count;
   d.seq = op.seq;
-  std::vector<std::byte> out(sizeof(d));
+  static_assert(sizeof(d) == std::tuple_size_v<DescriptorBytes>);
+  DescriptorBytes out;
   std::memcpy(out.data(), &d, sizeof(d));
   return out;
 }
@@ -316,16 +317,19 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
     scratch_ = ScratchPtr(static_cast<std::byte*>(::operator new[](plan->scratchBytes, std::align_val_t(64))));
     scratchBytes_ = plan->scratchBytes;
   }
-  std::vector<std::byte*> bufs = {static_cast<std::byte*>(const_cast<void*>(op->send)),
-                                  static_cast<std::byte*>(op->recv), scratch_.get()};
-  bufs.insert(bufs.end(), op->extras.begin(), op->extras.end());
-  exec_ = std::make_unique<coll::Executor>(plan, std::move(bufs), connPtrs_, op->seq);
+  bufs_.assign({static_cast<std::byte*>(const_cast<void*>(op->send)), static_cast<std::byte*>(op->recv),
+                scratch_.get()});
+  bufs_.insert(bufs_.end(), op->extras.begin(), op->extras.end());
+  // The last operation's executor runs this one: its arrays keep their memory (it is done, and nothing refers to
+  // its requests any more).
+  if (!exec_) exec_ = std::make_unique<coll::Executor>();
+  exec_->reset(plan, bufs_, connPtrs_, op->seq);
   if (op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1) {
-    int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
-    Op* raw = op.get();
-    exec_->addConsistencyCheck(next, prev, descriptor(*op), [this, raw, prev](std::span<const std::byte> theirs) {
-      return checkDescriptor(*raw, theirs, prev);
-    });
+    const int next = (rank_ + 1) % nranks_;
+    exec_->addConsistencyCheck(next, (rank_ + nranks_ - 1) % nranks_, descriptor(*op),
+                               [this](std::span<const std::byte> theirs) {
+                                 return checkDescriptor(*current_, theirs, (rank_ + nranks_ - 1) % nranks_);
+                               });
   }
   currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
   currentStartSec_ = nowSec();
@@ -427,7 +431,6 @@ bool Communicator::progressOnce() {
   if (*done) {
     auto finished = std::move(current_);
     checkPrediction(*finished, nowSec() - currentStartSec_);
-    exec_.reset();
     currentDeadline_ = Deadline::never();
     setBusy(false);
     finishOp(finished, okStatus());

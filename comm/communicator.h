@@ -4,6 +4,7 @@
 // progress engine thread; API threads only queue ops and read state.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <list>
@@ -142,7 +143,9 @@ class Communicator {
   Status startOp(const std::shared_ptr<Op>& op);
   Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);  // and sets op.predictedUs
   std::string keyPrefix() const;
-  std::vector<std::byte> descriptor(const Op& op) const;
+  // What a collective tells its ring neighbour, so that ranks calling different collectives fail at once.
+  using DescriptorBytes = std::array<std::byte, 24>;
+  DescriptorBytes descriptor(const Op& op) const;
   Status checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const;
   void closeConnections(const Status& why);
   Status progressTransports();
@@ -184,7 +187,8 @@ class Communicator {
 
   // Engine thread only.
   std::shared_ptr<Op> current_;
-  std::unique_ptr<coll::Executor> exec_;
+  std::unique_ptr<coll::Executor> exec_;  // kept from one operation to the next (Executor::reset)
+  std::vector<std::byte*> bufs_;          // startOp's: the buffers of the operation it starts
   Deadline currentDeadline_ = Deadline::never();
   uint32_t idlePasses_ = 0;  // passes that moved nothing: the deadline is checked on every few
   struct AlignedDelete {

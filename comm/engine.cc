@@ -107,6 +107,11 @@ void Engine::noteRanksOnThisHost(int ranks) {
 }
 
 void Engine::notifyFinished() {
+  // Only threads asleep in waitUntil need the notification; a caller that drives its operation sees it finish.
+  // The fence pairs with the sleeper's count increment before it checks its predicate: either it sees the
+  // operation finished, or this sees it counted.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_relaxed) == 0) return;
   { std::lock_guard<std::mutex> lock(doneMu_); }
   doneCv_.notify_all();
 }
@@ -176,9 +181,12 @@ void Engine::waitUntil(const std::function<bool()>& pred) {
   if (drive(pred, spin, Clock::duration::max())) return;
   wake();  // drive() woke the engine if work is pending; this covers a pred that waits on another thread
   std::unique_lock<std::mutex> lock(doneMu_);
+  sleepers_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with notifyFinished's
   // Predicates read state the engine publishes before notifying; the timed wait guards against a check that
   // raced the notification.
   while (!pred()) doneCv_.wait_for(lock, std::chrono::milliseconds(50));
+  sleepers_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Engine::run() {

@@ -72,6 +72,7 @@ class Engine {
   std::vector<Communicator*> comms_;
   std::mutex doneMu_;
   std::condition_variable doneCv_;
+  std::atomic<int> sleepers_{0};  // threads asleep in waitUntil
 
   // The engine thread's state, and what wakes it: wake() bumps wakeSeq_, then ends its sleep (eventfd) or its park
   // (condition variable). It sleeps or parks only if wakeSeq_ did not move since its last pass began.
