@@ -34,15 +34,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  hetcommComm_t comm;
-  check(hetcommCommInitFromEnv(&comm), "hetcommCommInitFromEnv");
-  int rank, n;
-  check(hetcommCommUserRank(comm, &rank), "hetcommCommUserRank");
-  check(hetcommCommCount(comm, &n), "hetcommCommCount");
-  if (n < 2) {
-    std::fprintf(stderr, "p2p_bw: needs at least 2 ranks\n");
-    return 2;
-  }
+  const auto [comm, rank, n] = hetcomm::perf::initPairTool("p2p_bw");
   std::vector<std::vector<char>> bufs(window, std::vector<char>(hi, static_cast<char>(rank + 1)));
   char ack = 0;
   if (rank == 0) std::printf("# p2p_bw: rank 0 -> rank 1, window %d\n#%12s %12s %10s\n", window, "size(B)", "time(us)", "GB/s");

@@ -46,15 +46,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  hetcommComm_t comm;
-  check(hetcommCommInitFromEnv(&comm), "hetcommCommInitFromEnv");
-  int rank, n;
-  check(hetcommCommUserRank(comm, &rank), "hetcommCommUserRank");
-  check(hetcommCommCount(comm, &n), "hetcommCommCount");
-  if (n < 2) {
-    std::fprintf(stderr, "p2p_latency: needs at least 2 ranks, got %d\n", n);
-    return 2;
-  }
+  const auto [comm, rank, n] = hetcomm::perf::initPairTool("p2p_latency");
   std::vector<char> buf(hi, static_cast<char>(rank + 1));
   std::vector<double> samples(iters);
   if (rank == 0)

@@ -31,4 +31,22 @@ inline size_t parseSize(const std::string& s) {
   return *end ? 0 : static_cast<size_t>(v);
 }
 
+// A communicator from the launcher's environment (hetcomm-run, mpirun, srun, torchrun) for a tool that needs ranks
+// 0 and 1: exits with a message when the call fails or there are fewer than 2 ranks.
+struct PairTool {
+  hetcommComm_t comm = nullptr;
+  int rank = 0, nranks = 0;
+};
+inline PairTool initPairTool(const char* tool) {
+  PairTool t;
+  checkCall(tool, hetcommCommInitFromEnv(&t.comm), "hetcommCommInitFromEnv");
+  checkCall(tool, hetcommCommUserRank(t.comm, &t.rank), "hetcommCommUserRank");
+  checkCall(tool, hetcommCommCount(t.comm, &t.nranks), "hetcommCommCount");
+  if (t.nranks < 2) {
+    std::fprintf(stderr, "%s: needs at least 2 ranks, got %d\n", tool, t.nranks);
+    std::exit(2);
+  }
+  return t;
+}
+
 }  // namespace hetcomm::perf

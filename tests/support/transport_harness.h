@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -147,6 +148,30 @@ struct TransportGroup {
   void driveFor(double sec) {
     const Deadline d = Deadline::afterSec(sec);
     drive([&] { return d.expired(); }, sec + 5);
+  }
+};
+
+// A comm id no other test of this process uses (prefix: the test file's own byte, so files never collide).
+inline uint64_t freshCommId(uint8_t prefix) {
+  static std::atomic<uint32_t> counter{0};
+  return (static_cast<uint64_t>(prefix) << 56) | (static_cast<uint64_t>(getpid() & 0xffffff) << 32) | ++counter;
+}
+
+// A group with a comm id of its own whose teardown runs every rank's on its own thread at once, as separate
+// processes would: a UCX transport's destructor progresses only its own worker while its endpoints close, and an
+// endpoint's close may need the peer's worker to progress too. Each rank's connections go before its transport.
+struct ThreadedTeardownGroup : TransportGroup {
+  uint64_t commId;
+  explicit ThreadedTeardownGroup(uint8_t idPrefix) : commId(freshCommId(idPrefix)) {}
+  ~ThreadedTeardownGroup() {
+    c.resize(std::max(c.size(), t.size()));
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < c.size(); ++r)
+      threads.emplace_back([this, r] {
+        c[r].clear();
+        if (r < t.size()) t[r].reset();
+      });
+    for (auto& th : threads) th.join();
   }
 };
 

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -36,6 +37,9 @@ struct Backend {
   std::vector<size_t> sizes;  // both paths of the backend around its thresholds, and large messages
 };
 
+// gtest prints the parameter of a failing test: its name, not its bytes.
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+
 std::vector<Backend> backends() {
   return {
       {"tcp", [](const Config& c) { return testing::asTransport(tcp::TcpTransport::create(c)); },
@@ -50,25 +54,9 @@ std::vector<Backend> backends() {
   };
 }
 
-uint64_t freshCommId() {
-  static std::atomic<uint32_t> counter{0};
-  return (0xc0ull << 56) | (static_cast<uint64_t>(getpid() & 0xffffff) << 32) | ++counter;
-}
-
-// A group whose ranks tear down on a thread each at once, as separate processes would (a UCX transport's
-// destructor progresses only its own worker).
-struct Group : testing::TransportGroup {
-  uint64_t commId = freshCommId();
-  ~Group() {
-    c.resize(std::max(c.size(), t.size()));
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < c.size(); ++r)
-      threads.emplace_back([this, r] {
-        c[r].clear();
-        if (r < t.size()) t[r].reset();
-      });
-    for (auto& th : threads) th.join();
-  }
+// A group of its own comm id, torn down a rank per thread at once (as UCX needs).
+struct Group : testing::ThreadedTeardownGroup {
+  Group() : ThreadedTeardownGroup(0xc0) {}
 };
 
 class Conformance : public ::testing::TestWithParam<Backend> {
@@ -78,6 +66,17 @@ class Conformance : public ::testing::TestWithParam<Backend> {
   }
   void makeGroup(Group& g, int n) { testing::makeGroup(g, n, factory(g, n)); }
 };
+
+// One message of n bytes from rank 0 to rank 1 with this tag, receive first: it arrives intact.
+void expectGoesThrough(Group& g, size_t n, uint64_t tag, uint32_t seed) {
+  Bytes out = pattern(n, seed), in(n);
+  Request s, r;
+  ASSERT_TRUE(g.conn(1, 0).irecv(r, in, tag).ok());
+  ASSERT_TRUE(g.conn(0, 1).isend(s, out, tag).ok());
+  ASSERT_TRUE(g.drive([&] { return r.finished() && s.finished(); }));
+  EXPECT_TRUE(r.done()) << r.error.toString();
+  EXPECT_EQ(diff(in, out), "");
+}
 
 // ---- data ----
 
@@ -176,13 +175,7 @@ TEST_P(Conformance, WrongSizeReceivePostedFirstFailsNamingBothSizes) {
   EXPECT_EQ(r.error.code(), Code::kInvalidUsage);
   EXPECT_TRUE(testing::contains(r.error.message(), "sent 200 bytes")) << r.error.message();
   EXPECT_TRUE(testing::contains(r.error.message(), "expected 100")) << r.error.message();
-  Bytes out2 = pattern(300, 2), in2(300);
-  Request s2, r2;
-  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 10).ok());
-  ASSERT_TRUE(g.conn(0, 1).isend(s2, out2, 10).ok());
-  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }));
-  EXPECT_TRUE(r2.done()) << r2.error.toString();
-  EXPECT_EQ(diff(in2, out2), "");
+  ASSERT_NO_FATAL_FAILURE(expectGoesThrough(g, 300, 10, 2));
 }
 
 TEST_P(Conformance, WrongSizeReceivePostedAfterArrivalFailsAndFreesTheTag) {
@@ -198,13 +191,7 @@ TEST_P(Conformance, WrongSizeReceivePostedAfterArrivalFailsAndFreesTheTag) {
   EXPECT_EQ(r.error.code(), Code::kInvalidUsage);
   EXPECT_TRUE(testing::contains(r.error.message(), "sent 64 bytes")) << r.error.message();
   EXPECT_TRUE(testing::contains(r.error.message(), "expected 65")) << r.error.message();
-  Bytes out2 = pattern(65, 2), in2(65);
-  Request s2, r2;
-  ASSERT_TRUE(g.conn(1, 0).irecv(r2, in2, 3).ok());
-  ASSERT_TRUE(g.conn(0, 1).isend(s2, out2, 3).ok());
-  ASSERT_TRUE(g.drive([&] { return r2.finished() && s2.finished(); }));
-  EXPECT_TRUE(r2.done()) << r2.error.toString();
-  EXPECT_EQ(diff(in2, out2), "");
+  ASSERT_NO_FATAL_FAILURE(expectGoesThrough(g, 65, 3, 2));  // the tag is free again
 }
 
 // After a size mismatch the message is gone: the next receive with that tag gets the next message, not it.
@@ -254,11 +241,17 @@ TEST_P(Conformance, SendAbortReachesThePendingReceiveWithTheReason) {
   EXPECT_EQ(pending.error.code(), Code::kRemote);
   EXPECT_TRUE(testing::contains(pending.error.message(), "#12345")) << pending.error.message();
   EXPECT_TRUE(testing::contains(pending.error.message(), "rank 0 aborted")) << pending.error.message();
-  Request late;  // posted afterwards: the same reason
+  // Receives and sends posted afterwards fail with the same reason.
+  Request late, lateSend;
+  Bytes out = pattern(10, 1);
   ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 9).ok());
-  ASSERT_TRUE(g.drive([&] { return late.finished(); }, 5));
+  ASSERT_TRUE(g.conn(1, 0).isend(lateSend, out, 9).ok());
+  ASSERT_TRUE(g.drive([&] { return late.finished() && lateSend.finished(); }, 5));
   ASSERT_TRUE(late.failed());
+  EXPECT_EQ(late.error.code(), Code::kRemote);
   EXPECT_TRUE(testing::contains(late.error.message(), "#12345")) << late.error.message();
+  ASSERT_TRUE(lateSend.failed());
+  EXPECT_TRUE(testing::contains(lateSend.error.message(), "#12345")) << lateSend.error.message();
 }
 
 TEST_P(Conformance, SendAbortWithoutPendingReceiveFailsTheNextOne) {

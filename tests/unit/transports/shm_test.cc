@@ -532,33 +532,6 @@ TEST(ShmErrors, WrongSizeReceivePostedAfterArrivalFailsAndDoesNotPoisonTheNextTa
 
 // ---- abort and close ----
 
-TEST(ShmFailure, SendAbortReachesThePendingReceiveWithTheReason) {
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  Bytes in(64);
-  Request pending;
-  ASSERT_TRUE(g.conn(1, 0).irecv(pending, in, 8).ok());
-  g.driveFor(0.02);
-  ASSERT_FALSE(pending.finished());
-  g.conn(0, 1).sendAbort("why: rank 0 hit a collective mismatch #12345");
-  ASSERT_TRUE(g.drive([&] { return pending.finished(); }, 10)) << "the abort never arrived";
-  ASSERT_TRUE(pending.failed());
-  EXPECT_EQ(pending.error.code(), Code::kRemote);
-  EXPECT_TRUE(contains(pending.error.message(), "why: rank 0 hit a collective mismatch #12345"))
-      << pending.error.message();
-  EXPECT_TRUE(contains(pending.error.message(), "rank 0 aborted")) << pending.error.message();
-  // Receives and sends posted afterwards fail with the same reason.
-  Request late, lateSend;
-  Bytes out = pattern(10, 1);
-  ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 9).ok());
-  ASSERT_TRUE(g.conn(1, 0).isend(lateSend, out, 9).ok());
-  ASSERT_TRUE(g.drive([&] { return late.finished() && lateSend.finished(); }, 5));
-  ASSERT_TRUE(late.failed());
-  EXPECT_EQ(late.error.code(), Code::kRemote);
-  EXPECT_TRUE(contains(late.error.message(), "#12345")) << late.error.message();
-  EXPECT_TRUE(lateSend.failed());
-}
-
 TEST(ShmFailure, AbortQueuedBehindAMessageArrivesAfterIt) {
   // The abort never cuts a frame: a message queued before it (4 MiB: several frames, or an attach) arrives
   // whole, and only receives still pending afterwards see the reason.
@@ -692,60 +665,69 @@ TEST(ShmWait, APollingReceiverCostsNoWakeUp) {
   EXPECT_TRUE(r2.done()) << r2.error.toString();
 }
 
+// Rank 0 sends more ring-sized messages (below the attach threshold) than the ring holds: after its progress() the
+// ring is full and it has asked to be woken when space frees. Rank 1 has posted no receive yet.
+struct FullRing {
+  size_t each = std::min(kMaxChunk, cmaThreshold() ? cmaThreshold() - 1 : kMaxChunk);
+  int k = static_cast<int>(3 * kRing / each) + 2;
+  std::vector<Bytes> out, in;
+  std::deque<Request> s, r;
+
+  void fill(Group& g, uint32_t seed) {
+    out.resize(k);
+    in.resize(k);
+    s.resize(k);
+    r.resize(k);
+    for (int i = 0; i < k; ++i) {
+      out[i] = pattern(each, seed + i);
+      in[i].resize(each);
+      ASSERT_TRUE(g.conn(0, 1).isend(s[i], out[i], i).ok());
+    }
+    ASSERT_TRUE(g.t[0]->progress().ok());
+    ASSERT_FALSE(s[k - 1].finished()) << "the ring did not fill";
+  }
+  // Rank 1 posts every receive and reads once: room in the ring, and a wake-up for rank 0.
+  void drain(Group& g) {
+    for (int i = 0; i < k; ++i) ASSERT_TRUE(g.conn(1, 0).irecv(r[i], in[i], i).ok());
+    ASSERT_TRUE(g.t[1]->progress().ok());
+  }
+  void expectDelivered(Group& g) {
+    ASSERT_TRUE(g.drive(
+        [&] {
+          for (int i = 0; i < k; ++i)
+            if (!s[i].finished() || !r[i].finished()) return false;
+          return true;
+        },
+        30));
+    for (int i = 0; i < k; ++i) EXPECT_EQ(diff(in[i], out[i]), "") << i;
+  }
+};
+
+TEST(ShmWait, WaitFdWakesASenderWaitingForRingSpace) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  FullRing f;
+  ASSERT_NO_FATAL_FAILURE(f.fill(g, 50));
+  const int fd0 = g.t[0]->waitFd();
+  EXPECT_FALSE(readable(fd0, 0));
+  ASSERT_NO_FATAL_FAILURE(f.drain(g));
+  EXPECT_TRUE(readable(fd0, 1000)) << "ring space freed, but the waiting sender's waitFd stayed quiet";
+  ASSERT_NO_FATAL_FAILURE(f.expectDelivered(g));
+}
+
 // The wake-up can come before the sender is done with its pass: the receiver read from the full ring and sent the
 // datagram while the sender still ran. Arming to sleep must then not swallow it and sleep: the sender has room to
 // write. (It did once: streams through the ring stalled for a second at a time, the engine's longest sleep.)
 TEST(ShmWait, AWakeUpThatCameBeforeTheSleepIsNotLost) {
   Group g;
   ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  const size_t each = std::min(kMaxChunk, cmaThreshold() ? cmaThreshold() - 1 : kMaxChunk);
-  const int k = static_cast<int>(3 * kRing / each) + 2;
-  std::vector<Bytes> out(k), in(k);
-  std::deque<Request> s(k), r(k);
-  for (int i = 0; i < k; ++i) {
-    out[i] = pattern(each, 70 + i);
-    in[i].resize(each);
-    ASSERT_TRUE(g.conn(0, 1).isend(s[i], out[i], i).ok());
-  }
-  ASSERT_TRUE(g.t[0]->progress().ok());  // the ring is full: rank 0 asks to be woken when space frees
-  ASSERT_FALSE(s[k - 1].finished());
-  for (int i = 0; i < k; ++i) ASSERT_TRUE(g.conn(1, 0).irecv(r[i], in[i], i).ok());
-  ASSERT_TRUE(g.t[1]->progress().ok());  // rank 1 reads: room, and a wake-up for rank 0
+  FullRing f;
+  ASSERT_NO_FATAL_FAILURE(f.fill(g, 70));
+  ASSERT_NO_FATAL_FAILURE(f.drain(g));
   const bool ready = g.t[0]->armForSleep();
   EXPECT_TRUE(!ready || readable(g.t[0]->waitFd(), 0))
       << "rank 0 would sleep with room in the ring and its wake-up gone";
-  ASSERT_TRUE(g.drive([&] { return s[k - 1].finished() && r[k - 1].finished(); }, 30));
-  for (int i = 0; i < k; ++i) EXPECT_EQ(diff(in[i], out[i]), "") << i;
-}
-
-TEST(ShmWait, WaitFdWakesASenderWaitingForRingSpace) {
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  // Ring-sized messages (below the attach threshold) until the ring is full.
-  const size_t each = std::min(kMaxChunk, cmaThreshold() ? cmaThreshold() - 1 : kMaxChunk);
-  const int k = static_cast<int>(3 * kRing / each) + 2;
-  std::vector<Bytes> out(k), in(k);
-  std::deque<Request> s(k), r(k);
-  for (int i = 0; i < k; ++i) {
-    out[i] = pattern(each, 50 + i);
-    in[i].resize(each);
-    ASSERT_TRUE(g.conn(0, 1).isend(s[i], out[i], i).ok());
-  }
-  ASSERT_TRUE(g.t[0]->progress().ok());  // still full: rank 0 asks to be woken when space frees
-  ASSERT_FALSE(s[k - 1].finished());
-  const int fd0 = g.t[0]->waitFd();
-  EXPECT_FALSE(readable(fd0, 0));
-  for (int i = 0; i < k; ++i) ASSERT_TRUE(g.conn(1, 0).irecv(r[i], in[i], i).ok());
-  ASSERT_TRUE(g.t[1]->progress().ok());  // the receiver consumes
-  EXPECT_TRUE(readable(fd0, 1000)) << "ring space freed, but the waiting sender's waitFd stayed quiet";
-  ASSERT_TRUE(g.drive(
-      [&] {
-        for (int i = 0; i < k; ++i)
-          if (!s[i].finished() || !r[i].finished()) return false;
-        return true;
-      },
-      10));
-  for (int i = 0; i < k; ++i) EXPECT_EQ(diff(in[i], out[i]), "") << i;
+  ASSERT_NO_FATAL_FAILURE(f.expectDelivered(g));
 }
 
 // ---- a peer in another process that dies ----

@@ -63,28 +63,12 @@ constexpr size_t kRendezvousBytes = 256 << 10;
 std::string textOf(const Bytes& b) { return std::string(reinterpret_cast<const char*>(b.data()), b.size()); }
 
 // A comm id no other test of this process uses (UCX drops messages of another communicator).
-uint64_t freshCommId() {
-  static std::atomic<uint32_t> counter{0};
-  return (0x5cull << 56) | (static_cast<uint64_t>(getpid() & 0xffffff) << 32) | ++counter;
-}
+uint64_t freshCommId() { return testing::freshCommId(0x5c); }
 
-// n transports of one communicator, connected to each other, with a comm id of their own. Teardown runs every
-// rank's on its own thread at once, as separate processes would: a transport's destructor progresses only its own
-// worker while its endpoints close, and an endpoint's close may need the peer's worker to progress too. Each
-// rank's connections go before its transport.
-struct Group : testing::TransportGroup {
-  uint64_t commId = freshCommId();
-
-  ~Group() {
-    c.resize(std::max(c.size(), t.size()));
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < c.size(); ++r)
-      threads.emplace_back([this, r] {
-        c[r].clear();
-        if (r < t.size()) t[r].reset();
-      });
-    for (auto& th : threads) th.join();
-  }
+// n transports of one communicator with a comm id of their own (UCX drops messages of another communicator),
+// torn down a rank per thread at once.
+struct Group : testing::ThreadedTeardownGroup {
+  Group() : ThreadedTeardownGroup(0x5c) {}
 };
 
 // Makes and listens on every rank, rank r with secrets[r], then runs connectAll on a thread per rank.
