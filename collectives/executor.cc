@@ -71,8 +71,8 @@ Status Executor::issue(uint32_t i) {
       transport::Connection* c = conns_[s.peer];
       if (!c) return internalError("no connection to rank %d", s.peer);
       Status st = s.op == Step::Op::kRecv ? c->irecv(reqs_[i], {at(s.dst), s.dst.bytes}, wireTag(s.tag))
-                  : s.path >= 0      ? c->isendOn(reqs_[i], {at(s.src), s.src.bytes}, wireTag(s.tag), s.path)
-                                     : c->isend(reqs_[i], {at(s.src), s.src.bytes}, wireTag(s.tag));
+                  : s.path >= 0           ? c->isendOn(reqs_[i], {at(s.src), s.src.bytes}, wireTag(s.tag), s.path)
+                                          : c->isend(reqs_[i], {at(s.src), s.src.bytes}, wireTag(s.tag));
       HC_TRY(st);
       inflight_.push_back(i);
       return okStatus();

@@ -21,7 +21,6 @@ using hetcomm::comm::Stream;
 namespace coll = hetcomm::coll;
 namespace kernels = hetcomm::kernels;
 
-
 using namespace hetcomm::comm;       // NOLINT: the definitions below are the C API
 using namespace hetcomm::comm::api;  // NOLINT
 
@@ -368,7 +367,6 @@ hetcommResult_t hetcommStreamCreate(hetcommStream_t* stream) {
     return hetcomm::okStatus();
   });
 }
-
 
 hetcommResult_t hetcommStreamSynchronize(hetcommStream_t stream) {
   return guard("hetcommStreamSynchronize", [&]() -> Status {

@@ -206,7 +206,8 @@ Status groupEnd() {
     (p.op->stream ? started : waits).push_back(p.op);
   }
   if (!started.empty())
-    Engine::get().start([&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });
+    Engine::get().start(
+        [&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });
   for (auto& op : waits) {
     Status st = waitOp(op);
     if (!st.ok() && first.ok()) first = st;

@@ -260,8 +260,9 @@ Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   }
   // The choice and the schedule depend only on these arguments: a repeated call (the common case, and the one
   // whose latency matters) costs one lookup, not a pass over the cost model.
-  const PlanKey key{a.count, static_cast<uint8_t>(a.kind), static_cast<uint8_t>(a.dtype), static_cast<uint8_t>(a.op),
-                    a.inPlace, a.root};
+  const PlanKey key{
+      a.count, static_cast<uint8_t>(a.kind), static_cast<uint8_t>(a.dtype), static_cast<uint8_t>(a.op), a.inPlace,
+      a.root};
   if (auto it = plans_.find(key); it != plans_.end()) {
     op.predictedUs = it->second.predictedUs;
     return it->second.plan;
@@ -317,8 +318,8 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
     scratch_ = ScratchPtr(static_cast<std::byte*>(::operator new[](plan->scratchBytes, std::align_val_t(64))));
     scratchBytes_ = plan->scratchBytes;
   }
-  bufs_.assign({static_cast<std::byte*>(const_cast<void*>(op->send)), static_cast<std::byte*>(op->recv),
-                scratch_.get()});
+  bufs_.assign(
+      {static_cast<std::byte*>(const_cast<void*>(op->send)), static_cast<std::byte*>(op->recv), scratch_.get()});
   bufs_.insert(bufs_.end(), op->extras.begin(), op->extras.end());
   // The last operation's executor runs this one: its arrays keep their memory (it is done, and nothing refers to
   // its requests any more).

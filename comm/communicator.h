@@ -208,8 +208,8 @@ class Communicator {
   struct PlanKeyHash {
     size_t operator()(const PlanKey& k) const noexcept {
       uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
-      h ^= (uint64_t{k.kind} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t{k.op} << 24) ^
-           (uint64_t{k.inPlace} << 20) ^ static_cast<uint32_t>(k.root);
+      h ^= (uint64_t{k.kind} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t{k.op} << 24) ^ (uint64_t{k.inPlace} << 20) ^
+           static_cast<uint32_t>(k.root);
       return static_cast<size_t>(h ^ (h >> 29));
     }
   };

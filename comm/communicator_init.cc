@@ -426,7 +426,6 @@ Status Communicator::initModel(std::vector<topo::NodeDescription> nodes) {
   return okStatus();
 }
 
-
 // One INFO line per (transport, reason) this rank uses: "rank 0: transport shm to ranks 1-3: same host".
 void Communicator::logTransportChoices() const {
   std::vector<std::pair<const PairChoice*, std::vector<int>>> groups;

@@ -101,8 +101,9 @@ void Engine::wake() {
 void Engine::noteRanksOnThisHost(int ranks) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
-                                                                  : static_cast<int>(std::thread::hardware_concurrency());
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0
+                        ? CPU_COUNT(&set)
+                        : static_cast<int>(std::thread::hardware_concurrency());
   if (ranks > std::max(1, cores)) yieldAfter_.store(4, std::memory_order_relaxed);
 }
 

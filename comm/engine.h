@@ -67,7 +67,7 @@ class Engine {
 
   int epollFd_ = -1;
   int wakeFd_ = -1;
-  std::mutex passMu_;  // held for a whole pass, and to change comms_
+  std::mutex passMu_;   // held for a whole pass, and to change comms_
   std::mutex commsMu_;  // also held to change comms_: anyPending() reads it without running a pass
   std::vector<Communicator*> comms_;
   std::mutex doneMu_;
@@ -76,7 +76,7 @@ class Engine {
 
   // The engine thread's state, and what wakes it: wake() bumps wakeSeq_, then ends its sleep (eventfd) or its park
   // (condition variable). It sleeps or parks only if wakeSeq_ did not move since its last pass began.
-  std::atomic<int> drivers_{0};  // callers inside drive()
+  std::atomic<int> drivers_{0};            // callers inside drive()
   std::atomic<unsigned> yieldAfter_{256};  // idle passes a driver polls before it yields the core
   std::atomic<uint64_t> wakeSeq_{0};
   std::atomic<Mode> mode_{Mode::kRunning};

@@ -37,19 +37,24 @@ int main(int argc, char** argv) {
   const auto [comm, rank, n] = hetcomm::perf::initPairTool("p2p_bw");
   std::vector<std::vector<char>> bufs(window, std::vector<char>(hi, static_cast<char>(rank + 1)));
   char ack = 0;
-  if (rank == 0) std::printf("# p2p_bw: rank 0 -> rank 1, window %d\n#%12s %12s %10s\n", window, "size(B)", "time(us)", "GB/s");
+  if (rank == 0)
+    std::printf("# p2p_bw: rank 0 -> rank 1, window %d\n#%12s %12s %10s\n", window, "size(B)", "time(us)", "GB/s");
   for (size_t size = lo; size <= hi; size *= factor) {
     auto oneWindow = [&] {
       if (rank > 1) return;
       check(hetcommGroupStart(), "hetcommGroupStart");
       for (int k = 0; k < window; ++k) {
-        if (rank == 0) check(hetcommSend(bufs[k].data(), size, hetcommUint8, 1, comm, nullptr), "hetcommSend");
-        else check(hetcommRecv(bufs[k].data(), size, hetcommUint8, 0, comm, nullptr), "hetcommRecv");
+        if (rank == 0)
+          check(hetcommSend(bufs[k].data(), size, hetcommUint8, 1, comm, nullptr), "hetcommSend");
+        else
+          check(hetcommRecv(bufs[k].data(), size, hetcommUint8, 0, comm, nullptr), "hetcommRecv");
       }
       check(hetcommGroupEnd(), "hetcommGroupEnd");
       // The acknowledgement closes the window on the sender: its sends may complete before the data landed.
-      if (rank == 0) check(hetcommRecv(&ack, 1, hetcommUint8, 1, comm, nullptr), "hetcommRecv");
-      else check(hetcommSend(&ack, 1, hetcommUint8, 0, comm, nullptr), "hetcommSend");
+      if (rank == 0)
+        check(hetcommRecv(&ack, 1, hetcommUint8, 1, comm, nullptr), "hetcommRecv");
+      else
+        check(hetcommSend(&ack, 1, hetcommUint8, 0, comm, nullptr), "hetcommSend");
     };
     for (int i = 0; i < warmup; ++i) oneWindow();
     check(hetcommAllReduce(&ack, &ack, 1, hetcommUint8, hetcommMax, comm, nullptr), "barrier");

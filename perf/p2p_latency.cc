@@ -8,7 +8,6 @@
 // (a waiting rank polls for HETCOMM_SPIN_US, then sleeps: it should be near 0 %).
 //   hetcomm-run -np 2 p2p_latency [-b 8] [-e 64K] [-f 2] [-n 10000] [-w 1000] [--idle 2]
 #include <hetcomm/hetcomm.h>
-
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -32,7 +31,9 @@ int main(int argc, char** argv) {
   app.add_option("-b,--minbytes", minS, "smallest message")->capture_default_str();
   app.add_option("-e,--maxbytes", maxS, "largest message")->capture_default_str();
   app.add_option("-f,--stepfactor", factor, "size multiplier")->check(CLI::Range(2, 1024))->capture_default_str();
-  app.add_option("-n,--iters", iters, "timed round trips per size")->check(CLI::Range(1, 10000000))->capture_default_str();
+  app.add_option("-n,--iters", iters, "timed round trips per size")
+      ->check(CLI::Range(1, 10000000))
+      ->capture_default_str();
   app.add_option("-w,--warmup_iters", warmup, "untimed round trips per size")
       ->check(CLI::Range(0, 10000000))
       ->capture_default_str();
@@ -50,8 +51,8 @@ int main(int argc, char** argv) {
   std::vector<char> buf(hi, static_cast<char>(rank + 1));
   std::vector<double> samples(iters);
   if (rank == 0)
-    std::printf("# p2p_latency: rank 0 <-> rank 1, half the round trip\n#%12s %10s %10s %10s\n", "size(B)",
-                "mean(us)", "median(us)", "p90(us)");
+    std::printf("# p2p_latency: rank 0 <-> rank 1, half the round trip\n#%12s %10s %10s %10s\n", "size(B)", "mean(us)",
+                "median(us)", "p90(us)");
   for (size_t size = lo; size <= hi; size *= factor) {
     auto roundTrip = [&] {
       if (rank == 0) {

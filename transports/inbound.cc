@@ -21,9 +21,10 @@ Result<InboundMessages::Posted> InboundMessages::post(Request& req, std::span<st
   }
   Message& m = it->second;
   if (m.req || m.discard)
-    return internalError("%s: a receive with tag %#llx from rank %d is already posted (or its refused message is "
-                         "still arriving)",
-                         transport_, (unsigned long long)tag, peer_);
+    return internalError(
+        "%s: a receive with tag %#llx from rank %d is already posted (or its refused message is "
+        "still arriving)",
+        transport_, (unsigned long long)tag, peer_);
   if (m.total != buf.size()) {
     req.fail(sizeMismatch(peer_, m.total, tag, me_, buf.size()));
     if (m.rendezvous) {

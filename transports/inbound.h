@@ -24,16 +24,16 @@ namespace hetcomm::transport {
 class InboundMessages {
  public:
   struct Message {
-    Request* req = nullptr;      // the posted receive; null until posted (an early message)
-    std::span<std::byte> user;   // its buffer
-    bool haveHeader = false;     // the first frame came: total is known
-    bool intoUser = false;       // the payload lands in `user` directly
-    bool complete = false;       // every byte is here
-    bool discard = false;        // its receive was refused (another size): read it and throw it away
-    bool rendezvous = false;     // the data waits at the sender, at `remote`
+    Request* req = nullptr;     // the posted receive; null until posted (an early message)
+    std::span<std::byte> user;  // its buffer
+    bool haveHeader = false;    // the first frame came: total is known
+    bool intoUser = false;      // the payload lands in `user` directly
+    bool complete = false;      // every byte is here
+    bool discard = false;       // its receive was refused (another size): read it and throw it away
+    bool rendezvous = false;    // the data waits at the sender, at `remote`
     uint64_t remote = 0;
     uint64_t total = 0, received = 0;
-    BufferPool::Lease buf;       // the payload when not intoUser
+    BufferPool::Lease buf;  // the payload when not intoUser
     std::byte* base() { return intoUser ? user.data() : buf.get(); }
   };
 
@@ -42,10 +42,10 @@ class InboundMessages {
 
   // irecv. What the receive found, and what the transport still has to do:
   enum class Posted {
-    kWaiting,          // its message has not (all) come: finish() completes it later
-    kDone,             // its message was here whole: the receive completed
-    kRefused,          // its message has another size: the receive failed (sizeMismatch)
-    kPull,             // a rendezvous message of the right size: the transport pulls it (*msg)
+    kWaiting,            // its message has not (all) come: finish() completes it later
+    kDone,               // its message was here whole: the receive completed
+    kRefused,            // its message has another size: the receive failed (sizeMismatch)
+    kPull,               // a rendezvous message of the right size: the transport pulls it (*msg)
     kRefusedRendezvous,  // a rendezvous message of another size, now forgotten: the transport lets the sender go
   };
   // A receive for a tag nobody sent yet is refused with `closed` when that is not ok (the connection is broken or

@@ -23,10 +23,23 @@ inline size_t parseSize(const std::string& s) {
   double v = std::strtod(s.c_str(), &end);
   if (end == s.c_str() || v < 0) return 0;
   switch (*end) {
-    case 'K': case 'k': v *= 1 << 10; ++end; break;
-    case 'M': case 'm': v *= 1 << 20; ++end; break;
-    case 'G': case 'g': v *= 1 << 30; ++end; break;
-    default: break;
+    case 'K':
+    case 'k':
+      v *= 1 << 10;
+      ++end;
+      break;
+    case 'M':
+    case 'm':
+      v *= 1 << 20;
+      ++end;
+      break;
+    case 'G':
+    case 'g':
+      v *= 1 << 30;
+      ++end;
+      break;
+    default:
+      break;
   }
   return *end ? 0 : static_cast<size_t>(v);
 }

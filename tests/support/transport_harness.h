@@ -294,8 +294,7 @@ inline void expectBothDirectionsReceivesFirst(TransportGroup& g, size_t n, doubl
   EXPECT_EQ(r01.state, transport::Request::State::kPending);
   ASSERT_TRUE(g.conn(0, 1).isend(s01, out01, 77).ok());
   ASSERT_TRUE(g.conn(1, 0).isend(s10, out10, 77).ok());
-  ASSERT_NO_FATAL_FAILURE(
-      expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}, wallSec));
+  ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}, wallSec));
 }
 
 // Rank 1 aborts its connection to rank 0 with nothing pending; the receive rank 0 posts afterwards fails with

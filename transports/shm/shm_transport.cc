@@ -198,6 +198,7 @@ class ShmConnection final : public Connection {
   int pidfd_;
   Ring& out_;
   Ring& in_;
+  uint64_t knownTail_ = 0;  // out_.tail as last read: the room known to be free up to there
   std::deque<Out> outq_;
   std::unordered_map<uint64_t, Request*> awaitingAck_;
   InboundMessages inbound_;
@@ -275,13 +276,17 @@ bool ShmConnection::flushOut() {
     size_t payload = o.kind == FrameHeader::kData    ? std::min<size_t>(o.total - o.sent, kMaxChunk)
                      : o.kind == FrameHeader::kAbort ? o.text.size()
                                                      : 0;
-    uint64_t tail = out_.tail.load(std::memory_order_acquire);
+    // The receiver's tail is read only when the room last seen is not enough: reading it is a cache line that the
+    // receiver writes on every pass.
+    uint64_t tail = knownTail_;
+    if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload)
+      tail = knownTail_ = out_.tail.load(std::memory_order_acquire);
     if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) {
       // Full: what is written goes out first (the receiver makes room by reading it), then ask to be woken when
       // the peer consumes, and look again (it may have consumed meanwhile).
       if (head != published) publishHead(published = head);
       out_.senderWaiting.store(1, std::memory_order_seq_cst);
-      tail = out_.tail.load(std::memory_order_seq_cst);
+      tail = knownTail_ = out_.tail.load(std::memory_order_seq_cst);
       if (kRingBytes - (head - tail) < sizeof(FrameHeader) + payload) break;
       out_.senderWaiting.store(0, std::memory_order_relaxed);
     }
@@ -339,8 +344,11 @@ void ShmConnection::sendAbort(std::string_view reason) noexcept {
 
 Status ShmConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag) {
   Inbound* in = nullptr;
-  HC_ASSIGN_OR_RETURN(InboundMessages::Posted posted,
-                      inbound_.post(req, buf, tag, !broken_.ok() ? broken_ : peerExited_ ? gone() : okStatus(), &in));
+  HC_ASSIGN_OR_RETURN(InboundMessages::Posted posted, inbound_.post(req, buf, tag,
+                                                                    !broken_.ok() ? broken_
+                                                                    : peerExited_ ? gone()
+                                                                                  : okStatus(),
+                                                                    &in));
   if (posted == InboundMessages::Posted::kPull) {
     pull(tag, *in);
   } else if (posted == InboundMessages::Posted::kRefusedRendezvous) {  // let the sender go: its buffer is not read
@@ -363,9 +371,10 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
     // EFAULT on a buffer the sender promised to keep until our ack: its address space is being torn down (it is
     // exiting) or it abandoned the send (abort). Either way the cause is on the peer's side, so it is a remote error.
     if (n < 0 && errno == EFAULT) {
-      fail(remoteError("shm: rank %d (pid %d) no longer has the %llu-byte buffer it was sending (it exited or "
-                       "aborted) while rank %d read it by cross-memory attach",
-                       peer_, peerPid_, (unsigned long long)in.total, me_));
+      fail(
+          remoteError("shm: rank %d (pid %d) no longer has the %llu-byte buffer it was sending (it exited or "
+                      "aborted) while rank %d read it by cross-memory attach",
+                      peer_, peerPid_, (unsigned long long)in.total, me_));
       return;
     }
     if (n <= 0) {

@@ -38,11 +38,7 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
                              std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths,
                              std::shared_ptr<FlushList> flushList)
-    : epollFd_(epollFd),
-      myRank_(myRank),
-      peer_(peer),
-      inbound_("tcp", myRank, peer),
-      flushList_(std::move(flushList)) {
+    : epollFd_(epollFd), myRank_(myRank), peer_(peer), inbound_("tcp", myRank, peer), flushList_(std::move(flushList)) {
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
     if (i < weights.size() && weights[i] >= 0) s->weight = weights[i];
@@ -72,7 +68,8 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
     double share = 0;
     for (size_t i = 0; i < via.size() && i < streams_.size(); ++i)
       if (via[i] == a) share += streams_[i]->weight;
-    via_ += (via_.empty() ? "" : ", ") + a + (addrs.size() > 1 ? format(" (%.0f%%)", total > 0 ? 100 * share / total : 0.0) : "");
+    via_ += (via_.empty() ? "" : ", ") + a +
+            (addrs.size() > 1 ? format(" (%.0f%%)", total > 0 ? 100 * share / total : 0.0) : "");
   }
 }
 
@@ -95,8 +92,7 @@ Status TcpConnection::peerGone() const {
 // ---- sending ----
 
 Status TcpConnection::isend(Request& req, std::span<const std::byte> buf, uint64_t tag) {
-  const bool anyStriped =
-      std::any_of(streams_.begin(), streams_.end(), [](const auto& s) { return s->weight > 0; });
+  const bool anyStriped = std::any_of(streams_.begin(), streams_.end(), [](const auto& s) { return s->weight > 0; });
   return send(req, buf, tag, [&](const TcpStream& s) { return s.weight > 0 || !anyStriped; });
 }
 

@@ -150,7 +150,7 @@ class TcpConnection final : public Connection {
   InboundMessages inbound_;
   std::shared_ptr<FlushList> flushList_;
   bool listed_ = false;  // in *flushList_
-  Status broken_;  // once set, every new request fails with it
+  Status broken_;        // once set, every new request fails with it
   size_t eofStreams_ = 0;
 
   std::string abortReason_;  // reassembled abort frame payload

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -189,7 +189,7 @@ struct UcxTransport::Impl {
   int efd = -1;      // the worker's event fd
   int epollFd = -1;  // efd plus the pidfds of peers on this host: what the engine sleeps on
   crypto::Nonce nonce{};
-  std::vector<UcxConnection*> byRank;  // live connections, for dispatching arrivals
+  std::vector<UcxConnection*> byRank;    // live connections, for dispatching arrivals
   std::vector<UcxConnection*> deferred;  // connections with work that may not run inside a UCX callback
   std::vector<void*> closing;            // endpoint close requests in flight
   int opsInFlight = 0;                   // PendingOps UCX still holds; the worker may not go before them
@@ -232,8 +232,8 @@ class UcxConnection final : public Connection {
                           ucsError(s).c_str()));
   }
   void onPeerExited() {
-    failLater(remoteError("rank %d (pid %d, same host) exited while rank %d still needed it", peer_, peerPid_,
-                          t_->cfg.rank));
+    failLater(
+        remoteError("rank %d (pid %d, same host) exited while rank %d still needed it", peer_, peerPid_, t_->cfg.rank));
   }
   // After ucp_worker_progress: start rendezvous fetches and apply failures noted in callbacks.
   void runDeferred();
@@ -341,7 +341,8 @@ ucs_status_t onActiveMessage(void* arg, const void* header, size_t headerLength,
     if (crypto::macEqual(mac, want))
       t->helloOk[h.src] = 1;
     else if (t->helloError.empty())
-      t->helloError = format("ucx: rank %u's hello failed authentication: is HETCOMM_SECRET the same everywhere?", h.src);
+      t->helloError =
+          format("ucx: rank %u's hello failed authentication: is HETCOMM_SECRET the same everywhere?", h.src);
     return UCS_OK;
   }
   UcxConnection* c = t->byRank[h.src];
@@ -386,8 +387,7 @@ void UcxConnection::sendHello(Request& req, const crypto::Mac& mac) {
   send(op, AmHeader::kHello, 0, op->text.data(), op->text.size(), UCP_AM_SEND_FLAG_EAGER);
 }
 
-void UcxConnection::send(PendingOp* op, uint16_t kind, uint64_t tag, const void* data, size_t bytes,
-                         uint32_t flags) {
+void UcxConnection::send(PendingOp* op, uint16_t kind, uint64_t tag, const void* data, size_t bytes, uint32_t flags) {
   op->hdr.kind = kind;
   op->hdr.src = static_cast<uint32_t>(t_->cfg.rank);
   op->hdr.dst = static_cast<uint32_t>(peer_);
@@ -708,8 +708,10 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     if (blobs[p].empty() || p == me) continue;
     HC_ASSIGN_OR_RETURN(peers[p], decodeBlob(blobs[p], p));
     if (!crypto::macEqual(peers[p].addressMac, addressMac(t.cfg.secret, peers[p].nonce, peers[p].address)))
-      return remoteError("ucx: rank %d's worker address failed authentication: is HETCOMM_SECRET the same "
-                         "everywhere? (or the address blob was garbled)", p);
+      return remoteError(
+          "ucx: rank %d's worker address failed authentication: is HETCOMM_SECRET the same "
+          "everywhere? (or the address blob was garbled)",
+          p);
   }
   for (int p = 0; p < n; ++p) {
     if (peers[p].address.empty()) continue;
@@ -726,8 +728,8 @@ Result<std::vector<std::unique_ptr<Connection>>> UcxTransport::connectAll(
     auto* c = new UcxConnection(impl_, p, pidfd, peers[p].pid);
     conns[p].reset(c);
     ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(peers[p].address.data());
     // Peer-failure handling makes UCX fail a dead peer's requests instead of asserting, but rules out its
     // shared-memory transports; with only those, go without (the pidfd reports a dead peer on this host).

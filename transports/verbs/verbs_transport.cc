@@ -427,7 +427,8 @@ Result<VerbsConnection::Options> optionsOn(const VerbsConnection::Options& base,
     o.sqDepth = o.sendSlots + reads;
   }
   if (o.recvSlots != base.recvSlots || o.sqDepth != base.sqDepth)
-    HC_INFO(Ib, "verbs: %s allows %u work requests per queue: %u receive buffers, %u bounce buffers and %u read "
+    HC_INFO(Ib,
+            "verbs: %s allows %u work requests per queue: %u receive buffers, %u bounce buffers and %u read "
             "slots per peer",
             dev.name.c_str(), maxWr, o.recvSlots, o.sendSlots, o.sqDepth - o.sendSlots);
   return o;

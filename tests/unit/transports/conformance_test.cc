@@ -42,14 +42,17 @@ void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
 
 std::vector<Backend> backends() {
   return {
-      {"tcp", [](const Config& c) { return testing::asTransport(tcp::TcpTransport::create(c)); },
+      {"tcp",
+       [](const Config& c) { return testing::asTransport(tcp::TcpTransport::create(c)); },
        {0, 1, 4095, (1u << 20) + 3, 64u << 20}},
       // Around a frame header (32 B) and a ring frame's payload (256 KiB, where cross-memory attach starts by
       // default), and streams of several ring lengths.
-      {"shm", [](const Config& c) { return testing::asTransport(shm::ShmTransport::create(c)); },
+      {"shm",
+       [](const Config& c) { return testing::asTransport(shm::ShmTransport::create(c)); },
        {0, 1, 31, 32, 33, 4095, (256u << 10) - 1, 256u << 10, (256u << 10) + 1, (1u << 20) + 3, 8u << 20}},
       // Eager and rendezvous sizes.
-      {"ucx", [](const Config& c) { return testing::asTransport(ucx::UcxTransport::create(c)); },
+      {"ucx",
+       [](const Config& c) { return testing::asTransport(ucx::UcxTransport::create(c)); },
        {0, 1, 4095, 65536 + 3, (1u << 20) + 3, 16u << 20}},
   };
 }

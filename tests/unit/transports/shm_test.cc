@@ -1077,12 +1077,12 @@ TEST(ShmPeerDeath, KilledBeforeItsAttachBufferWasRead) {
 TEST(ShmRingPath, EveryDataTestWithCrossMemoryAttachOff) {
   if (std::getenv("HC_TEST_SHM_CHILD")) GTEST_SKIP() << "this is the child";
   std::string output;
-  int rc = testing::runChild({"HETCOMM_SHM_CMA_BYTES=", "HC_TEST_SHM_CHILD=", "GTEST_"},
-                             {"HETCOMM_SHM_CMA_BYTES=0", "HC_TEST_SHM_CHILD=1"},
-                             "ShmRingPathChild.*:*ShmSizes.*:ShmLarge.*:ShmData.*:ShmErrors.*:ShmFailure.*:ShmWait.*:*Conformance.*/shm:"
-                             "ShmPeerDeath.KilledInTheMiddleOfALargeMessage:ShmPeerDeath.MessagesCompleted*:"
-                             "ShmPeerDeath.SendToAPeerThatDiesFails:ShmZzLeftovers.*",
-                             &output, 240);
+  int rc = testing::runChild(
+      {"HETCOMM_SHM_CMA_BYTES=", "HC_TEST_SHM_CHILD=", "GTEST_"}, {"HETCOMM_SHM_CMA_BYTES=0", "HC_TEST_SHM_CHILD=1"},
+      "ShmRingPathChild.*:*ShmSizes.*:ShmLarge.*:ShmData.*:ShmErrors.*:ShmFailure.*:ShmWait.*:*Conformance.*/shm:"
+      "ShmPeerDeath.KilledInTheMiddleOfALargeMessage:ShmPeerDeath.MessagesCompleted*:"
+      "ShmPeerDeath.SendToAPeerThatDiesFails:ShmZzLeftovers.*",
+      &output, 240);
   EXPECT_EQ(rc, 0) << output;
   EXPECT_TRUE(contains(output, "HC_SHM_RING_CHILD_OK")) << output;
   EXPECT_FALSE(contains(output, "[  FAILED  ]")) << output;

@@ -89,7 +89,8 @@ TEST(TcpConnect, MalformedBlobIsRejected) {
   ASSERT_TRUE(tr);
   ASSERT_TRUE((*tr)->listen());
   std::string junk = "hello=world\n";
-  Bytes blob(reinterpret_cast<const std::byte*>(junk.data()), reinterpret_cast<const std::byte*>(junk.data()) + junk.size());
+  Bytes blob(reinterpret_cast<const std::byte*>(junk.data()),
+             reinterpret_cast<const std::byte*>(junk.data()) + junk.size());
   auto r = (*tr)->connectAll({{}, blob}, Deadline::afterSec(2));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), Code::kRemote);
@@ -128,8 +129,10 @@ void expectRefused(int liar, bool badCommId) {
   Group g;
   std::vector<crypto::Secret> secrets = {secretOf(1), secretOf(1)};
   std::vector<uint64_t> ids = {99, 99};
-  if (badCommId) ids[liar] = 100;
-  else secrets[liar] = secretOf(2);
+  if (badCommId)
+    ids[liar] = 100;
+  else
+    secrets[liar] = secretOf(2);
   const double deadlineSec = 2.0;
   auto out = connectGroup(g, 2, secrets, ids, deadlineSec);
   ASSERT_EQ(out.results.size(), 2u);

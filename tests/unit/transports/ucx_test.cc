@@ -133,11 +133,12 @@ TEST(UcxConnect, JunkBlobIsAClearRemoteError) {
   auto tr = UcxTransport::create(configFor(0, 2, secretOf(1), freshCommId()));
   ASSERT_TRUE(tr) << tr.error().toString();
   ASSERT_TRUE((*tr)->listen());
-  for (const std::string& junk : {std::string("hello=world\n"), std::string("\x01\x02\x03garbage", 10),
-                                 std::string("hcucx=1\nhost=h\npid=1\nnonce=zz\naddr=00\n"),
-                                 std::string("hcucx=2\nhost=h\npid=1\nnonce=00000000000000000000000000000000\naddr=0000\n"),
-                                 std::string("hcucx=1\nhost=h\npid=1\nnonce=00000000000000000000000000000000\naddr=abc\n"),
-                                 std::string("hcucx=1\npid=1\nnonce=00000000000000000000000000000000\naddr=0000\n")}) {
+  for (const std::string& junk :
+       {std::string("hello=world\n"), std::string("\x01\x02\x03garbage", 10),
+        std::string("hcucx=1\nhost=h\npid=1\nnonce=zz\naddr=00\n"),
+        std::string("hcucx=2\nhost=h\npid=1\nnonce=00000000000000000000000000000000\naddr=0000\n"),
+        std::string("hcucx=1\nhost=h\npid=1\nnonce=00000000000000000000000000000000\naddr=abc\n"),
+        std::string("hcucx=1\npid=1\nnonce=00000000000000000000000000000000\naddr=0000\n")}) {
     SCOPED_TRACE("blob: " + junk);
     const double t0 = nowSec();
     auto r = (*tr)->connectAll({{}, bytesOf(junk)}, Deadline::afterSec(5));
@@ -202,7 +203,8 @@ TEST(UcxConnect, ThreeRanksOneSilentTimesOutNamingOnlyIt) {
     SCOPED_TRACE(format("rank %d", r));
     ASSERT_FALSE(out.results[r]);
     EXPECT_EQ(out.results[r].error().code(), Code::kTimeout) << out.results[r].error().toString();
-    EXPECT_TRUE(contains(out.results[r].error().message(), "no hello from rank(s) 1 ")) << out.results[r].error().message();
+    EXPECT_TRUE(contains(out.results[r].error().message(), "no hello from rank(s) 1 "))
+        << out.results[r].error().message();
   }
 }
 
@@ -309,8 +311,7 @@ TEST_P(UcxSizes, ReceivePostedAfterTheDataArrived) {
   ASSERT_NO_FATAL_FAILURE(expectDelivered(g, n, {&r01, &r10, &s01, &s10}, {{&in01, &out01}, {&in10, &out10}}));
 }
 
-INSTANTIATE_TEST_SUITE_P(Ucx, UcxSizes,
-                         ::testing::Values(0, 1, 8u << 10, 64u << 10, 1u << 20, 16u << 20),
+INSTANTIATE_TEST_SUITE_P(Ucx, UcxSizes, ::testing::Values(0, 1, 8u << 10, 64u << 10, 1u << 20, 16u << 20),
                          [](const auto& info) { return "bytes" + std::to_string(info.param); });
 
 TEST(UcxData, LateReceiveIsFreeFromTheRendezvousSizeOn) {
@@ -441,8 +442,7 @@ void expectSizeMismatch(bool postedFirst, size_t sent, size_t expected) {
   }
   // The sender's request finishes too (a rejected rendezvous is released, not left waiting).
   ASSERT_TRUE(g.drive([&] { return r.finished() && s.finished(); }, 20))
-      << "receive " << (r.finished() ? "finished" : "pending") << ", send "
-      << (s.finished() ? "finished" : "pending");
+      << "receive " << (r.finished() ? "finished" : "pending") << ", send " << (s.finished() ? "finished" : "pending");
   ASSERT_TRUE(r.failed());
   EXPECT_EQ(r.error.code(), Code::kInvalidUsage) << r.error.toString();
   EXPECT_TRUE(contains(r.error.message(), format("rank 0 sent %zu bytes", sent))) << r.error.message();
