@@ -43,7 +43,7 @@ class InboundMessages {
   // irecv. What the receive found, and what the transport still has to do:
   enum class Posted {
     kWaiting,            // its message has not (all) come: finish() completes it later
-    kDone,               // its message was here whole: the receive completed
+    kDone,               // the receive finished: its message was here whole, or (closed) it failed
     kRefused,            // its message has another size: the receive failed (sizeMismatch)
     kPull,               // a rendezvous message of the right size: the transport pulls it (*msg)
     kRefusedRendezvous,  // a rendezvous message of another size, now forgotten: the transport lets the sender go
