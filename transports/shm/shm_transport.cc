@@ -177,8 +177,6 @@ class ShmConnection final : public Connection {
   bool readIn();
   void publishHead(uint64_t head);
   void publishTail(uint64_t tail);
-  // A posted receive from the peer still waits for its data: traffic flows both ways.
-  bool waitingReceives() const { return inbound_.anyWaiting(); }
   void handleData(const FrameHeader& h, uint64_t payloadPos);
   void pull(uint64_t tag, Inbound& in);  // cross-memory attach into the posted buffer, then ack
   void copyOutOfRing(std::byte* dst, uint64_t pos, size_t n);
@@ -324,7 +322,7 @@ Status ShmConnection::isend(Request& req, std::span<const std::byte> buf, uint64
   // Chunk-sized messages go by attach. Larger ones stream through the ring when traffic flows one way (both cores
   // copy at once: 1.6x faster here), but by attach when this rank also waits for data from the peer: then both
   // directions' copies compete, and one copy per direction beats two (4x faster here).
-  const bool twoWay = buf.size() > t_->cmaMaxBytes && waitingReceives();
+  const bool twoWay = buf.size() > t_->cmaMaxBytes && inbound_.anyWaiting();  // traffic flows both ways
   bool cma = cmaOut_ && (t_->useCma(buf.size()) || (t_->cmaBytes > 0 && twoWay));
   outq_.push_back({cma ? FrameHeader::kCma : FrameHeader::kData, &req, tag, buf.size(), buf.data()});
   flushOut();

@@ -220,30 +220,33 @@ TEST_P(Conformance, SecondReceiveWithTheSameTagIsRefused) {
 // ---- a peer that gives up, a connection that closes ----
 
 TEST_P(Conformance, SendAbortReachesThePendingReceiveWithTheReason) {
-  Group g;
-  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
-  Bytes in(64);
-  Request pending;
-  ASSERT_TRUE(g.conn(1, 0).irecv(pending, in, 8).ok());
-  g.driveFor(0.02);
-  ASSERT_FALSE(pending.finished());
-  g.conn(0, 1).sendAbort("reason: rank 0 hit a collective mismatch #12345");
-  ASSERT_TRUE(g.drive([&] { return pending.finished(); }, 10)) << "the abort never arrived";
-  ASSERT_TRUE(pending.failed());
-  EXPECT_EQ(pending.error.code(), Code::kRemote);
-  EXPECT_TRUE(testing::contains(pending.error.message(), "#12345")) << pending.error.message();
-  EXPECT_TRUE(testing::contains(pending.error.message(), "rank 0 aborted")) << pending.error.message();
-  // Receives and sends posted afterwards fail with the same reason.
-  Request late, lateSend;
-  Bytes out = pattern(10, 1);
-  ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 9).ok());
-  ASSERT_TRUE(g.conn(1, 0).isend(lateSend, out, 9).ok());
-  ASSERT_TRUE(g.drive([&] { return late.finished() && lateSend.finished(); }, 5));
-  ASSERT_TRUE(late.failed());
-  EXPECT_EQ(late.error.code(), Code::kRemote);
-  EXPECT_TRUE(testing::contains(late.error.message(), "#12345")) << late.error.message();
-  ASSERT_TRUE(lateSend.failed());
-  EXPECT_TRUE(testing::contains(lateSend.error.message(), "#12345")) << lateSend.error.message();
+  for (size_t n : {size_t{64}, size_t{4} << 20}) {  // an eager-size receive and a large one
+    SCOPED_TRACE(format("pending receive of %zu bytes", n));
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+    Bytes in(n);
+    Request pending;
+    ASSERT_TRUE(g.conn(1, 0).irecv(pending, in, 8).ok());
+    g.driveFor(0.02);
+    ASSERT_FALSE(pending.finished());
+    g.conn(0, 1).sendAbort("reason: rank 0 hit a collective mismatch #12345");
+    ASSERT_TRUE(g.drive([&] { return pending.finished(); }, 10)) << "the abort never arrived";
+    ASSERT_TRUE(pending.failed());
+    EXPECT_EQ(pending.error.code(), Code::kRemote) << pending.error.toString();
+    EXPECT_TRUE(testing::contains(pending.error.message(), "reason: rank 0 hit a collective mismatch #12345"))
+        << pending.error.message();
+    EXPECT_TRUE(testing::contains(pending.error.message(), "rank 0 aborted")) << pending.error.message();
+    // Requests posted afterwards on the aborted connection fail at once with the same reason.
+    Request late, lateSend;
+    Bytes out = pattern(10, 1);
+    ASSERT_TRUE(g.conn(1, 0).irecv(late, in, 9).ok());
+    ASSERT_TRUE(g.conn(1, 0).isend(lateSend, out, 9).ok());
+    ASSERT_TRUE(late.failed());
+    EXPECT_EQ(late.error.code(), Code::kRemote);
+    EXPECT_TRUE(testing::contains(late.error.message(), "#12345")) << late.error.message();
+    ASSERT_TRUE(lateSend.failed());
+    EXPECT_TRUE(testing::contains(lateSend.error.message(), "#12345")) << lateSend.error.message();
+  }
 }
 
 TEST_P(Conformance, SendAbortWithoutPendingReceiveFailsTheNextOne) {
