@@ -466,7 +466,9 @@ void ShmConnection::publishTail(uint64_t tail) {
 
 bool ShmConnection::progress() {
   if (!broken_.ok()) return false;
-  in_.receiverWaiting.store(0, std::memory_order_relaxed);
+  // Cleared only when set: a store, even of the same value, takes the line from the sender, whose publishHead
+  // reads it on every publish (a cache miss per message: 8 B ping-pong 1.17 -> 0.98 us here).
+  if (in_.receiverWaiting.load(std::memory_order_relaxed)) in_.receiverWaiting.store(0, std::memory_order_relaxed);
   bool any = false;
   for (bool moved = true; moved && broken_.ok();) {
     moved = readIn();
