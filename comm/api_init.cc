@@ -22,9 +22,12 @@ Result<bool> blockingFrom(const hetcommConfig_t* config) {
   return config->blocking == 1;
 }
 
-// The address other hosts reach this one's store at: HETCOMM_MASTER_ADDR, else the first selected interface.
+// The address other hosts reach this one's store at: HETCOMM_MASTER_ADDR, else the first selected interface. Under
+// a launcher that serves the store itself (HETCOMM_STORE=external), HETCOMM_MASTER_ADDR is the launcher's, not this
+// process's: a unique id made there (a torch process group's, say) names the interface.
 Result<std::string> localStoreAddress() {
-  if (auto a = param::env("HETCOMM_MASTER_ADDR")) return *a;
+  if (param::env("HETCOMM_STORE").value_or("") != "external")
+    if (auto a = param::env("HETCOMM_MASTER_ADDR")) return *a;
   HC_ASSIGN_OR_RETURN(auto ifaces, transport::tcp::selectInterfaces(param::env("HETCOMM_SOCKET_IFNAME").value_or("")));
   return ifaces[0].addr;
 }

@@ -12,7 +12,10 @@
 // (HETCOMM_STORE=external), so no rank has to be special. It merges the ranks' output as "[rank] " lines, forwards
 // SIGINT, SIGTERM and SIGHUP to them, and stops the whole job as soon as one rank fails: a distributed job with a
 // dead rank can only hang. This file decides what to run; comm/launcher/process_group.cc runs it.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -40,9 +43,13 @@ constexpr int kUsageExit = 2;
 
 // Set per rank by the launcher; the bootstrap's env launch reads them. -x may not override them: a rank with the
 // wrong identity would hang the rendezvous instead of failing.
+// torchrun's names are set too (rank 0's host and a port of their own), so torch.distributed's env:// rendezvous
+// works under hetcomm-run; hetcomm itself reads its own names first.
 constexpr const char* kOwnedVariables[] = {
     "HETCOMM_RANK",        "HETCOMM_WORLD_SIZE",  "HETCOMM_LOCAL_RANK", "HETCOMM_LOCAL_WORLD_SIZE",
     "HETCOMM_MASTER_ADDR", "HETCOMM_MASTER_PORT", "HETCOMM_SECRET",     "HETCOMM_STORE",
+    "RANK",                "WORLD_SIZE",          "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",         "MASTER_PORT",
 };
 
 struct LaunchOptions {
@@ -104,7 +111,8 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
       ->check(CLI::Range(0.0, 86400.0));
   app.footer(
       "Each rank gets HETCOMM_RANK, HETCOMM_WORLD_SIZE, HETCOMM_LOCAL_RANK, HETCOMM_LOCAL_WORLD_SIZE,\n"
-      "HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET and HETCOMM_STORE=external.\n"
+      "HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET and HETCOMM_STORE=external, and torchrun's\n"
+      "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (rank 0's host) and MASTER_PORT.\n"
       "When a rank fails the others are stopped and hetcomm-run exits with its code (128 + signal if killed).");
 
   // The launcher's options end where the program starts: at "--" or at the first word that is neither an option
@@ -203,11 +211,19 @@ bool sharedEnvironment(const std::vector<std::string>& exports, std::vector<std:
 struct Placement {
   int localRank = 0, localSize = 1;
   std::string storeAddr = "127.0.0.1";
+  std::string hostAddr = "127.0.0.1";  // the rank's host as other hosts reach it
   std::string hostId, topoFile;  // emulated only
 };
 
+// What torch.distributed's env:// rendezvous needs: rank 0's host and a port for the store its rank 0 serves.
+struct TorchRendezvous {
+  std::string masterAddr;
+  uint16_t masterPort = 0;
+};
+
 std::vector<std::string> rankEnvironment(const std::vector<std::string>& shared, int rank, int nranks,
-                                         const Placement& at, uint16_t storePort, const std::string& secretHex) {
+                                         const Placement& at, uint16_t storePort, const std::string& secretHex,
+                                         const TorchRendezvous& torch) {
   std::vector<std::string> env = shared;
   env.push_back(format("HETCOMM_RANK=%d", rank));
   env.push_back(format("HETCOMM_WORLD_SIZE=%d", nranks));
@@ -221,7 +237,31 @@ std::vector<std::string> rankEnvironment(const std::vector<std::string>& shared,
   env.push_back(format("HETCOMM_MASTER_PORT=%u", static_cast<unsigned>(storePort)));
   env.push_back("HETCOMM_SECRET=" + secretHex);
   env.push_back("HETCOMM_STORE=external");
+  env.push_back(format("RANK=%d", rank));
+  env.push_back(format("WORLD_SIZE=%d", nranks));
+  env.push_back(format("LOCAL_RANK=%d", at.localRank));
+  env.push_back(format("LOCAL_WORLD_SIZE=%d", at.localSize));
+  env.push_back("MASTER_ADDR=" + torch.masterAddr);
+  env.push_back(format("MASTER_PORT=%u", static_cast<unsigned>(torch.masterPort)));
   return env;
+}
+
+// A TCP port nothing on this host listens on now, for rank 0's torch store (as torchrun --standalone picks one).
+// An emulated host is a fresh network namespace: a port free here is free there.
+Result<uint16_t> freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoStatus(errno, "socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  Status st = okStatus();
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    st = errnoStatus(errno, "finding a free port for MASTER_PORT");
+  ::close(fd);
+  if (!st.ok()) return st;
+  return ntohs(a.sin_port);
 }
 
 // fds 0-2 closed by whoever started us would be reused by the first pipes, and a rank's output would land in them.
@@ -290,7 +330,7 @@ int launch(int argc, char** argv) {
       const int host = hostOfRank[rank];
       const EmulatedHost& h = cluster->hosts[host];
       const int used = static_cast<int>(std::count(hostOfRank.begin(), hostOfRank.begin() + opts.nranks, host));
-      Placement at{localOfRank[rank], used, h.storeAddr, h.name, cluster->topoFile};
+      Placement at{localOfRank[rank], used, h.storeAddr, h.addr, h.name, cluster->topoFile};
       placement.push_back(at);
       int fd = open(("/run/netns/" + h.netns).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {
@@ -315,8 +355,15 @@ int launch(int argc, char** argv) {
     return 1;
   }
   std::string secretHex = toHex(secret.data(), secret.size());
+  auto torchPort = freePort();
+  if (!torchPort) {
+    std::fprintf(stderr, "hetcomm-run: %s\n", torchPort.error().toString().c_str());
+    return 1;
+  }
+  const TorchRendezvous torch{placement[0].hostAddr, *torchPort};
   for (int rank = 0; rank < opts.nranks; ++rank) {
-    spec.envs.push_back(rankEnvironment(shared, rank, opts.nranks, placement[rank], (*store)->port(), secretHex));
+    spec.envs.push_back(
+        rankEnvironment(shared, rank, opts.nranks, placement[rank], (*store)->port(), secretHex, torch));
   }
   return runJob(spec);
 }
