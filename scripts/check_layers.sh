@@ -27,5 +27,7 @@ hits=$(grep -rnE '#include[[:space:]]*["<]kernels/' trainer --include='*.h' --in
 if [ -n "$hits" ]; then echo "layer rule broken: trainer/ may include only kernels/nn/nn.h of kernels/:"; echo "$hits"; status=1; fi
 check perf common kernels transports topology collectives comm trainer planner
 check planner common kernels transports topology collectives comm perf
+# The PyTorch backend is a client too: only the public headers (and its own).
+check python common kernels transports topology collectives comm trainer perf planner
 [ $status = 0 ] && echo "layers: ok"
 exit $status

@@ -14,6 +14,14 @@ PYBIND11_MODULE(_torch_backend, m) {
   // torch.distributed registered c10d::ProcessGroup and c10d::Store with pybind11; importing it first makes the
   // base class and the store argument known here.
   py::module::import("torch.distributed");
+  ProcessGroupHetcomm::blockingRegion = [](const std::function<void()>& wait) {
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release unlocked;
+      wait();
+    } else {
+      wait();
+    }
+  };
   py::class_<ProcessGroupHetcomm, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHetcomm>>(m, "ProcessGroupHetcomm")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout) {

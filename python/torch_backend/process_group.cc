@@ -114,8 +114,8 @@ void HetcommWork::complete(std::exception_ptr error) {
       error = std::current_exception();
     }
   }
-  copies_.clear();
-  keep_.clear();
+  // keep_ and copies_ stay until the Work is freed: they may hold the caller's tensors, and freeing those can need
+  // Python's lock, which this (watcher) thread must never wait for.
   finish(error);
   if (error)
     future_->setError(error);
@@ -173,9 +173,15 @@ ProcessGroupHetcomm::~ProcessGroupHetcomm() {
     stop_ = true;
   }
   cv_.notify_all();
-  watcher_.join();  // after every queued operation completed or failed
+  // After every queued operation completed or failed. The caller may hold Python's lock (a group freed by the
+  // garbage collector), which the watcher may need to complete a work (a future's Python callback, say).
+  blockingRegion([&] { watcher_.join(); });
+  done_.clear();
   if (comm_) hetcommCommDestroy(comm_);
 }
+
+std::function<void(const std::function<void()>&)> ProcessGroupHetcomm::blockingRegion =
+    [](const std::function<void()>& f) { f(); };
 
 void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const {
   const char* msg = hetcommGetLastError(comm_);
@@ -185,7 +191,9 @@ void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<HetcommWork> work,
                                                             const Enqueue& enqueue) {
+  std::vector<c10::intrusive_ptr<HetcommWork>> done;  // freed on this thread, after the lock
   std::lock_guard<std::mutex> lock(mu_);
+  done.swap(done_);
   flushLocked();
   hetcommStream_t stream = nullptr;
   if (hetcommResult_t r = hetcommStreamCreate(&stream); r != hetcommSuccess) fail(work->what_, r);
@@ -204,7 +212,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<He
 // receive (isend, then irecv, as gloo allows) do not wait for each other.
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::queuePointToPoint(c10::intrusive_ptr<HetcommWork> work,
                                                                        P2p message) {
+  std::vector<c10::intrusive_ptr<HetcommWork>> done;  // freed on this thread, after the lock
   std::lock_guard<std::mutex> lock(mu_);
+  done.swap(done_);
   work->pg_ = this;
   p2p_.push_back({work, message});
   return work;
@@ -270,6 +280,11 @@ void ProcessGroupHetcomm::watch() {
     auto followers = std::move(work->followers_);
     work->complete(error);
     for (auto& f : followers) f->complete(error);
+    // The works are freed by the next call on the group (or its destructor), never here: freeing a tensor that
+    // Python knows takes Python's lock, and a thread holding it may be waiting for this one.
+    std::lock_guard<std::mutex> lock(mu_);
+    done_.push_back(std::move(work));
+    for (auto& f : followers) done_.push_back(std::move(f));
   }
 }
 

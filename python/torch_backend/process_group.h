@@ -104,6 +104,10 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   // Queues the sends and receives that wait in their group.
   void flushPointToPoint();
 
+  // Runs a wait that may take long, letting other threads run meanwhile: the Python module makes it release
+  // Python's lock, which the watcher may need.
+  static std::function<void(const std::function<void()>&)> blockingRegion;
+
  private:
   using Enqueue = std::function<hetcommResult_t(hetcommStream_t)>;
   struct P2p {
@@ -128,6 +132,7 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   std::condition_variable cv_;
   std::vector<std::pair<c10::intrusive_ptr<HetcommWork>, P2p>> p2p_;  // sends and receives not yet queued
   std::deque<c10::intrusive_ptr<HetcommWork>> pending_;               // queued, for the watcher
+  std::vector<c10::intrusive_ptr<HetcommWork>> done_;                  // completed, freed by the next caller
   bool stop_ = false;
   std::thread watcher_;
 };
