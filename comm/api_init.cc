@@ -22,14 +22,23 @@ Result<bool> blockingFrom(const hetcommConfig_t* config) {
   return config->blocking == 1;
 }
 
-// The address other hosts reach this one's store at: HETCOMM_MASTER_ADDR, else the first selected interface. Under
+// The addresses other hosts reach this one's store at: HETCOMM_MASTER_ADDR, else the selected interfaces'. Under
 // a launcher that serves the store itself (HETCOMM_STORE=external), HETCOMM_MASTER_ADDR is the launcher's, not this
 // process's: a unique id made there (a torch process group's, say) names the interface.
 Result<std::string> localStoreAddress() {
   if (param::env("HETCOMM_STORE").value_or("") != "external")
     if (auto a = param::env("HETCOMM_MASTER_ADDR")) return *a;
   HC_ASSIGN_OR_RETURN(auto ifaces, transport::tcp::selectInterfaces(param::env("HETCOMM_SOCKET_IFNAME").value_or("")));
-  return ifaces[0].addr;
+  // Every interface's address, as many as the id holds: hosts that share no fabric with this one reach it over
+  // the one they do share (StoreClient::connect tries them in turn). Loopback only when nothing else is up: on
+  // another host it would name that host.
+  std::string list;
+  for (const auto& i : ifaces) {
+    if (i.loopback) continue;
+    if (list.size() + 1 + i.addr.size() > kMaxStoreAddressChars) break;
+    list += (list.empty() ? "" : ",") + i.addr;
+  }
+  return list.empty() ? ifaces[0].addr : list;
 }
 
 std::mutex gServersMu;

@@ -11,7 +11,7 @@ struct Layout {
   uint16_t port;
   uint8_t addrLen;
   uint8_t pad;
-  char addr[64];
+  char addr[kMaxStoreAddressChars + 1];
   uint8_t secret[crypto::kSecretBytes];
   uint64_t commId;
   uint32_t check;  // sum of the bytes above: catches a truncated or mangled copy

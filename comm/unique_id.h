@@ -11,8 +11,11 @@
 
 namespace hetcomm::comm {
 
+// The longest store address list a unique id carries.
+constexpr size_t kMaxStoreAddressChars = 63;
+
 struct UniqueIdContent {
-  std::string addr;  // store host (IP or name, at most 63 characters)
+  std::string addr;  // store host (IP or name), or several separated by commas; at most kMaxStoreAddressChars
   uint16_t port = 0;
   crypto::Secret secret{};
   uint64_t commId = 0;

@@ -252,67 +252,105 @@ Status recvAll(int fd, void* data, size_t n, Deadline deadline, const std::strin
 
 }  // namespace
 
-Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& addr, uint16_t port,
+namespace {
+
+// One attempt at one endpoint: connect, then the mutual proof of the secret. attemptEnd bounds the connect when
+// other addresses remain to try (a silent address would otherwise hold the whole deadline).
+Result<int> dialStore(const tcp::endpoint& ep, const std::string& where, const crypto::Secret& secret,
+                      Deadline deadline, Deadline attemptEnd) {
+  // Non-blocking connect bounded by the deadline: a blocking one to a silent address waits for the kernel's SYN
+  // timeout (about two minutes), whatever HETCOMM_TIMEOUT says.
+  int fd = ::socket(ep.protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errnoStatus(errno, "store: socket");
+  int rc = ::connect(fd, ep.data(), static_cast<socklen_t>(ep.size()));
+  if (rc != 0 && errno == EINPROGRESS) {
+    Status w = waitFd(fd, POLLOUT, attemptEnd, where, "connecting");
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (w.ok()) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+    rc = w.ok() && err == 0 ? 0 : -1;
+    errno = w.ok() ? err : ETIMEDOUT;
+  }
+  if (rc != 0) {
+    Status st = errnoStatus(errno, "connecting to %s", where.c_str());
+    ::close(fd);
+    return st;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  Hello hello;
+  Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");
+  if (st.ok() && hello.magic != kHelloMagic) st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
+  Proof proof;
+  if (st.ok()) st = crypto::randomBytes(proof.nonce);
+  if (st.ok()) {
+    proof.mac = crypto::prove(secret, hello.nonce, "store-client");
+    st = sendAll(fd, &proof, sizeof(proof), deadline, where);
+  }
+  Welcome welcome;
+  if (st.ok()) {
+    st = recvAll(fd, &welcome, sizeof(welcome), deadline, where, "authenticating");
+    if (!st.ok() && st.code() == Code::kRemote)
+      st = remoteError("store at %s refused this rank: wrong secret (a stale or foreign unique id?)", where.c_str());
+  }
+  if (st.ok() && !crypto::macEqual(welcome.mac, crypto::prove(secret, proof.nonce, "store-server")))
+    st = remoteError("the store at %s failed to prove it knows the job secret", where.c_str());
+  if (!st.ok()) {
+    ::close(fd);
+    return st;
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& addrs, uint16_t port,
                                                           const crypto::Secret& secret, Deadline deadline) {
-  std::string where = addr + ":" + std::to_string(port);
+  // addrs: one address, or several separated by commas (a unique id lists every interface of its rank: on a
+  // cluster whose hosts share no single fabric, each rank reaches rank 0 over the one it shares).
+  struct Candidate {
+    tcp::endpoint ep;
+    std::string where;
+  };
+  std::vector<Candidate> candidates;
+  std::string unresolved;
   asio::io_context io;
   tcp::resolver resolver(io);
-  boost::system::error_code ec;
-  auto endpoints = resolver.resolve(addr, std::to_string(port), ec);
-  if (ec) return invalidArgument("store address %s does not resolve: %s", where.c_str(), ec.message().c_str());
-  std::string lastError;
-  // The server may not be up yet (rank 0 starts it while the others already dial): retry until the deadline.
+  for (const std::string& addr : split(addrs, ',')) {
+    if (addr.empty()) continue;
+    std::string where = addr + ":" + std::to_string(port);
+    boost::system::error_code ec;
+    auto endpoints = resolver.resolve(addr, std::to_string(port), ec);
+    if (ec) {
+      unresolved += (unresolved.empty() ? "" : "; ") + where + ": " + ec.message();
+      continue;
+    }
+    for (const auto& e : endpoints) candidates.push_back({e.endpoint(), where});
+  }
+  if (candidates.empty())
+    return invalidArgument("store address %s does not resolve: %s", addrs.c_str(), unresolved.c_str());
+  const bool several = candidates.size() > 1;
+  Status last;
+  // The server may not be up yet (rank 0 starts it while the others already dial): retry until the deadline. A
+  // refusal by the wrong store (another job's, reached at an address that means another host here) ends the
+  // search only when no other address is left to try.
   for (int attempt = 0;; ++attempt) {
-    for (const auto& ep : endpoints) {
-      // Non-blocking connect bounded by the deadline: a blocking one to a silent address waits for the kernel's
-      // SYN timeout (about two minutes), whatever HETCOMM_TIMEOUT says.
-      int fd = ::socket(ep.endpoint().protocol().family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-      if (fd < 0) return errnoStatus(errno, "store: socket");
-      int rc = ::connect(fd, ep.endpoint().data(), static_cast<socklen_t>(ep.endpoint().size()));
-      if (rc != 0 && errno == EINPROGRESS) {
-        Status w = waitFd(fd, POLLOUT, deadline, where, "connecting");
-        int err = 0;
-        socklen_t len = sizeof(err);
-        if (w.ok()) getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        rc = w.ok() && err == 0 ? 0 : -1;
-        errno = w.ok() ? err : ETIMEDOUT;
+    for (const Candidate& c : candidates) {
+      const Deadline attemptEnd = several ? Deadline::earlier(deadline, Deadline::afterSec(1.0)) : deadline;
+      Result<int> fd = dialStore(c.ep, c.where, secret, deadline, attemptEnd);
+      if (fd) {
+        HC_TRACE(Boot, "store: connected to %s", c.where.c_str());
+        return std::unique_ptr<StoreClient>(new StoreClient(*fd, c.where));
       }
-      if (rc != 0) {
-        lastError = std::strerror(errno);
-        ::close(fd);
-        continue;
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      auto client = std::unique_ptr<StoreClient>(new StoreClient(fd, where));
-      Hello hello;
-      Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");
-      if (st.ok() && hello.magic != kHelloMagic)
-        st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
-      Proof proof;
-      if (st.ok()) st = crypto::randomBytes(proof.nonce);
-      if (st.ok()) {
-        proof.mac = crypto::prove(secret, hello.nonce, "store-client");
-        st = sendAll(fd, &proof, sizeof(proof), deadline, where);
-      }
-      Welcome welcome;
-      if (st.ok()) {
-        st = recvAll(fd, &welcome, sizeof(welcome), deadline, where, "authenticating");
-        if (!st.ok() && st.code() == Code::kRemote)
-          st =
-              remoteError("store at %s refused this rank: wrong secret (a stale or foreign unique id?)", where.c_str());
-      }
-      if (st.ok() && !crypto::macEqual(welcome.mac, crypto::prove(secret, proof.nonce, "store-server")))
-        st = remoteError("the store at %s failed to prove it knows the job secret", where.c_str());
-      if (!st.ok()) return st;
-      HC_TRACE(Boot, "store: connected to %s", where.c_str());
-      return client;
+      last = fd.error();
+      const bool connectFailed = last.code() == Code::kSystem || last.code() == Code::kTimeout;
+      if (!connectFailed && !several) return last;
     }
     if (deadline.expired())
       return timeoutError(
           "cannot reach the rendezvous store at %s: %s (is rank 0 / the launcher running, and the "
           "address right?)",
-          where.c_str(), lastError.c_str());
+          addrs.c_str(), std::string(last.message()).c_str());
     std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50 * (attempt + 1), 500)));
   }
 }

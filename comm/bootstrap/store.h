@@ -37,8 +37,9 @@ class StoreServer {
 
 class StoreClient {
  public:
-  // Connects (retrying while the server is not up yet) and authenticates, within the deadline.
-  static Result<std::unique_ptr<StoreClient>> connect(const std::string& addr, uint16_t port,
+  // Connects (retrying while the server is not up yet) and authenticates, within the deadline. addrs: one address
+  // or several separated by commas, tried in turn.
+  static Result<std::unique_ptr<StoreClient>> connect(const std::string& addrs, uint16_t port,
                                                       const crypto::Secret& secret, Deadline deadline);
   ~StoreClient();
 

@@ -15,7 +15,11 @@ struct EmulatedHost {
   std::string name;       // "h0": also the host id its ranks get (HETCOMM_HOSTID)
   std::string netns;      // "hc-9bd77-h0": a name under /run/netns
   std::string storeAddr;  // the root namespace's address on one of the host's fabrics
-  std::string addr;       // the host's own address on that fabric
+  struct Nic {
+    std::string fabric;  // "eth"
+    std::string addr;    // the host's address on it
+  };
+  std::vector<Nic> nics;  // in the cluster file's order
   int ranks = 1;          // the host's own rank count (the cluster file's "ranks", else ranksPerHost)
 };
 

@@ -211,7 +211,6 @@ bool sharedEnvironment(const std::vector<std::string>& exports, std::vector<std:
 struct Placement {
   int localRank = 0, localSize = 1;
   std::string storeAddr = "127.0.0.1";
-  std::string hostAddr = "127.0.0.1";  // the rank's host as other hosts reach it
   std::string hostId, topoFile;  // emulated only
 };
 
@@ -244,6 +243,22 @@ std::vector<std::string> rankEnvironment(const std::vector<std::string>& shared,
   env.push_back("MASTER_ADDR=" + torch.masterAddr);
   env.push_back(format("MASTER_PORT=%u", static_cast<unsigned>(torch.masterPort)));
   return env;
+}
+
+// Rank 0's host as every host of the job reaches it: its address on the first of its fabrics that every host
+// with ranks shares (hosts on separate fabrics reach each other on that one only); with no such fabric, its first
+// address (torch's rendezvous then needs routing between the fabrics).
+std::string rendezvousAddress(const EmulatedCluster& c, const std::vector<int>& hostOfRank, int nranks) {
+  const EmulatedHost& first = c.hosts[hostOfRank[0]];
+  for (const EmulatedHost::Nic& n : first.nics) {
+    bool everywhere = true;
+    for (int r = 0; r < nranks && everywhere; ++r) {
+      const auto& nics = c.hosts[hostOfRank[r]].nics;
+      everywhere = std::any_of(nics.begin(), nics.end(), [&](const EmulatedHost::Nic& m) { return m.fabric == n.fabric; });
+    }
+    if (everywhere) return n.addr;
+  }
+  return first.nics.front().addr;
 }
 
 // A TCP port nothing on this host listens on now, for rank 0's torch store (as torchrun --standalone picks one).
@@ -304,6 +319,7 @@ int launch(int argc, char** argv) {
   // Where each rank runs; an emulated cluster's ranks reach the store through their host's fabric.
   std::vector<Placement> placement;
   std::string bindAddr = "127.0.0.1";  // loopback: every rank is on this host, and nothing else should see the port
+  std::string torchMaster = "127.0.0.1";  // rank 0's host, for torch's rendezvous
   if (!opts.cluster.empty()) {
     auto cluster = loadEmulatedCluster(opts.cluster);
     if (!cluster) {
@@ -330,7 +346,7 @@ int launch(int argc, char** argv) {
       const int host = hostOfRank[rank];
       const EmulatedHost& h = cluster->hosts[host];
       const int used = static_cast<int>(std::count(hostOfRank.begin(), hostOfRank.begin() + opts.nranks, host));
-      Placement at{localOfRank[rank], used, h.storeAddr, h.addr, h.name, cluster->topoFile};
+      Placement at{localOfRank[rank], used, h.storeAddr, h.name, cluster->topoFile};
       placement.push_back(at);
       int fd = open(("/run/netns/" + h.netns).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {
@@ -341,6 +357,7 @@ int launch(int argc, char** argv) {
       spec.netnsFds.push_back(fd);
     }
     bindAddr = "0.0.0.0";  // the emulator's bridges carry the store's addresses, one per fabric
+    torchMaster = rendezvousAddress(*cluster, hostOfRank, opts.nranks);
   } else {
     for (int rank = 0; rank < opts.nranks; ++rank) {
       Placement at;
@@ -360,7 +377,7 @@ int launch(int argc, char** argv) {
     std::fprintf(stderr, "hetcomm-run: %s\n", torchPort.error().toString().c_str());
     return 1;
   }
-  const TorchRendezvous torch{placement[0].hostAddr, *torchPort};
+  const TorchRendezvous torch{torchMaster, *torchPort};
   for (int rank = 0; rank < opts.nranks; ++rank) {
     spec.envs.push_back(
         rankEnvironment(shared, rank, opts.nranks, placement[rank], (*store)->port(), secretHex, torch));

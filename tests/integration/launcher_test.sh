@@ -84,6 +84,24 @@ if command -v bash >/dev/null; then
   fi
 fi
 
+# (b) torchrun's variables too (torch.distributed's env:// rendezvous): the same rank and size, rank 0's host, and a
+# port of their own, the same on every rank; -x may not override them.
+launch -np 2 sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT $HETCOMM_MASTER_PORT"'
+good=$(grep -cE '^\[([01])\] \1 2 \1 2 127\.0\.0\.1 [0-9]+ [0-9]+$' "$TMP/out")
+ports=$(awk '{ print $7 }' "$TMP/out" | sort -u | wc -l)
+distinct=$(awk '$7 != $8' "$TMP/out" | wc -l)
+if [ $rc -ne 0 ] || [ "$good" -ne 2 ] || [ "$ports" -ne 1 ] || [ "$distinct" -ne 2 ]; then
+  fail "b: torchrun variables" "exit code $rc, got: $(cat "$TMP/out")"
+else
+  pass "b: torchrun variables"
+fi
+launch -np 1 -x MASTER_PORT=1234 true
+if [ $rc -eq 2 ] && grep -q 'MASTER_PORT: hetcomm-run sets it' "$TMP/err"; then
+  pass "b: -x MASTER_PORT refused"
+else
+  fail "b: -x MASTER_PORT refused" "exit code $rc, stderr: $(cat "$TMP/err")"
+fi
+
 # (c) a failing rank stops the job quickly, named with its exit code, and nothing is left behind
 launch -np 3 sh -c "if [ \$HETCOMM_RANK = 1 ]; then exit 7; fi; $SLEEP"
 if [ $rc -ne 7 ]; then

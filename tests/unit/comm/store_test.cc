@@ -188,6 +188,28 @@ TEST(StoreConnect, ClientRetriesUntilTheServerComesUp) {
   EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
 }
 
+// A unique id lists every interface of rank 0's host; a rank reaches the store at whichever answers with the job's
+// secret. Here the first address holds another job's store on the same port, the second this job's.
+TEST(StoreConnect, SeveralAddressesAreTriedInTurn) {
+  auto mine = StoreServer::start("127.0.0.1", 0, secretOf(3));
+  ASSERT_TRUE(mine) << mine.error().toString();
+  const uint16_t port = (*mine)->port();
+  auto other = StoreServer::start("127.0.0.2", port, secretOf(4));
+  ASSERT_TRUE(other) << other.error().toString();
+  auto c = StoreClient::connect("127.0.0.2,127.0.0.1", port, secretOf(3), Deadline::afterSec(10));
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
+  // With only the wrong store to try, the refusal is the answer.
+  auto refused = StoreClient::connect("127.0.0.2", port, secretOf(3), Deadline::afterSec(10));
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code(), Code::kRemote) << refused.error().toString();
+  // Nothing answers anywhere: the deadline, naming every address.
+  auto none = StoreClient::connect("127.0.0.3,127.0.0.4", port, secretOf(3), Deadline::afterMs(600));
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code(), Code::kTimeout);
+  EXPECT_NE(none.error().message().find("127.0.0.3,127.0.0.4"), std::string::npos) << none.error().message();
+}
+
 TEST(StoreConnect, BadBindAddressIsAnInvalidArgument) {
   auto s = StoreServer::start("not-an-ip", 0, secretOf(1));
   ASSERT_FALSE(s);
