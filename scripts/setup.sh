@@ -13,6 +13,7 @@ PACKAGES=(
   libucx-dev ucx-utils libibverbs-dev rdma-core libhwloc-dev hwloc libopenblas-dev
   iproute2 procps time
   python3-torch libtorch-dev pybind11-dev
+  openmpi-bin openssl slurmctld slurmd slurm-client munge
   fortunes
 )
 

@@ -11,7 +11,10 @@ cd "${BUILD_DIR:-build}"
 args=(--output-on-failure --timeout 600 -j 2)
 [ -n "${LABEL:-}" ] && args+=(-L "$LABEL")
 ctest "${args[@]}"
-if [ "${LABEL:-integration}" = integration ]; then
+ucx_built=$(grep -E '^HETCOMM_UCX_BUILT:INTERNAL=' CMakeCache.txt | cut -d= -f2)
+if [ "${ucx_built:-OFF}" != ON ]; then
+  echo "== integration suite over UCX: skipped, the UCX transport is not built (HETCOMM_UCX, libucx-dev)"
+elif [ "${LABEL:-integration}" = integration ]; then
   for tls in tcp sm; do
     echo "== integration suite with HETCOMM_TRANSPORT=ucx UCX_TLS=$tls"
     HETCOMM_TRANSPORT=ucx UCX_TLS=$tls ctest --output-on-failure --timeout 600 -j 2 -L integration

@@ -81,6 +81,7 @@ def ops_for(dtype):
     return ops
 
 
+hetcomm.torch.set_launch_environment()  # under mpirun or srun: torchrun's variables from theirs
 dist.init_process_group("hetcomm", timeout=timedelta(seconds=60))
 rank, world = dist.get_rank(), dist.get_world_size()
 gloo = dist.new_group(backend="gloo")

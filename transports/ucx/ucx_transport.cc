@@ -162,11 +162,6 @@ int openPidfd(int pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)
 
 }  // namespace
 
-std::string allowedTransports() {
-  const char* tls = std::getenv("UCX_TLS");
-  return tls && *tls ? tls : "all";
-}
-
 class UcxConnection;
 
 // One UCX operation of ours in flight; the callback that ends it frees it. `req` goes null when the connection

@@ -50,10 +50,12 @@ std::vector<Backend> backends() {
       {"shm",
        [](const Config& c) { return testing::asTransport(shm::ShmTransport::create(c)); },
        {0, 1, 31, 32, 33, 4095, (256u << 10) - 1, 256u << 10, (256u << 10) + 1, (1u << 20) + 3, 8u << 20}},
+#if HETCOMM_HAVE_UCX
       // Eager and rendezvous sizes.
       {"ucx",
        [](const Config& c) { return testing::asTransport(ucx::UcxTransport::create(c)); },
        {0, 1, 4095, 65536 + 3, (1u << 20) + 3, 16u << 20}},
+#endif
   };
 }
 
