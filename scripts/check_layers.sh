@@ -27,6 +27,8 @@ hits=$(grep -rnE '#include[[:space:]]*["<]kernels/' trainer --include='*.h' --in
 if [ -n "$hits" ]; then echo "layer rule broken: trainer/ may include only kernels/nn/nn.h of kernels/:"; echo "$hits"; status=1; fi
 check perf common kernels transports topology collectives comm trainer planner
 check planner common kernels transports topology collectives comm perf
+# tools/ read the topology layer's files and models, and use the public API for the rest.
+check tools kernels transports collectives comm trainer perf planner python
 # The PyTorch backend is a client too: only the public headers (and its own).
 check python common kernels transports topology collectives comm trainer perf planner
 [ $status = 0 ] && echo "layers: ok"
