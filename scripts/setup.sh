@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev ucx-utils libibverbs-dev rdma-core libhwloc-dev hwloc libopenblas-dev
   iproute2 procps time
-  python3-torch libtorch-dev pybind11-dev
+  python3-torch libtorch-dev pybind11-dev python3-matplotlib
   openmpi-bin openssl slurmctld slurmd slurm-client munge
   fortunes
 )

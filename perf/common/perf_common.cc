@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -59,6 +60,7 @@ struct Options {
   int average = 1;
   int barrierEach = 0;
   int root = 0;  // -1: every root
+  std::string jsonPath;  // -J: every row as JSON (rank 0 writes it)
   std::vector<hetcommRedOp_t> ops;
   std::vector<hetcommDataType_t> types;
 };
@@ -133,6 +135,9 @@ int parseOptions(const CollTest& test, int argc, char** argv, Options* o) {
                  "1: a barrier before each timed call, each call timed from it to its completion (OSU's latency "
                  "tests: one call from a common start); 0: back to back, as nccl-tests")
       ->capture_default_str();
+  app.add_option("-J,--json", o->jsonPath,
+                 "also write the table as JSON to this file (rank 0): the run's settings and one object per row, "
+                 "for perf/plot.py");
 
   try {
     app.parse(argc, argv);
@@ -324,6 +329,7 @@ class Runner {
     print("# %-20s : %g\n", "Avg bus bandwidth", bwCount_ ? bwSum_ / bwCount_ : 0.0);
     print("#\n");
     print("# Collective test concluded: %s\n", test_.name);
+    if (!opt_.jsonPath.empty() && rank_ == 0) writeJson(failed, bwCount_ ? bwSum_ / bwCount_ : 0.0);
 
     if (stream_ != nullptr) {
       hetcommStream_t s = stream_;
@@ -401,10 +407,16 @@ class Runner {
     }
     for (size_t bytes = opt_.minBytes; bytes <= opt_.maxBytes;) {
       setSize(bytes);
-      print("%12zu  %12zu  %8s  %6s  %6d", std::max(counts_.sendCount, counts_.recvCount) * elt_, counts_.paramCount,
-            typeName(type), test_.reduces ? opName(op) : "none", root);
-      benchTime(false);
-      benchTime(true);
+      const size_t rowBytes = std::max(counts_.sendCount, counts_.recvCount) * elt_;
+      print("%12zu  %12zu  %8s  %6s  %6d", rowBytes, counts_.paramCount, typeName(type),
+            test_.reduces ? opName(op) : "none", root);
+      nlohmann::json row = {{"size", rowBytes},
+                            {"count", counts_.paramCount},
+                            {"type", typeName(type)},
+                            {"redop", test_.reduces ? opName(op) : "none"},
+                            {"root", root}};
+      row["out_of_place"] = benchTime(false);
+      row["in_place"] = benchTime(true);
       if (test_.algo >= 0) {
         // What hetcomm chose for this row and what its cost model predicted, next to what was measured.
         char algo[32];
@@ -412,8 +424,11 @@ class Runner {
         HC_PERF_CHECK(hetcommCommGetAlgorithm(comm_, static_cast<hetcommCollective_t>(test_.algo),
                                               counts_.paramCount, type_, algo, sizeof(algo), &predictedUs));
         print("  %9s  %9s", algo, formatValue(predictedUs, 9).c_str());
+        row["algorithm"] = algo;
+        row["predicted_us"] = predictedUs;
       }
       print("\n");
+      rows_.push_back(std::move(row));
       if (opt_.stepFactor > 1) {
         if (bytes > opt_.maxBytes / static_cast<size_t>(opt_.stepFactor)) break;  // the next size overflows max
         bytes *= static_cast<size_t>(opt_.stepFactor);
@@ -454,7 +469,8 @@ class Runner {
     return countWrong(spec(seed), recvPtr(inPlace), counts_.recvCount, test_.source, layout());
   }
 
-  void benchTime(bool inPlace) {
+  // Times one placement and prints its columns; returns them for the JSON row.
+  nlohmann::json benchTime(bool inPlace) {
     if (opt_.check > 0) initData(inPlace, 0);  // time on the kind of data that is checked, as nccl-tests
     startColl(inPlace);                        // one untimed call
     completeColl();
@@ -489,6 +505,29 @@ class Runner {
     }
     bwSum_ += busBw;
     ++bwCount_;
+    return {{"time_us", sec * 1.0e6},
+            {"algbw_gbs", algBw},
+            {"busbw_gbs", busBw},
+            {"wrong", report ? nlohmann::json(wrong) : nlohmann::json(nullptr)}};
+  }
+
+  // -J: the settings, the ranks' hosts, and every row, with full-precision figures (the table rounds them).
+  void writeJson(int64_t failed, double avgBusBw) const {
+    nlohmann::json doc = {{"tool", test_.name},
+                          {"ranks", nranks_},
+                          {"host", shortHostName()},
+                          {"cpu", cpuName()},
+                          {"blocking", opt_.blocking == 1},
+                          {"barrier_each", opt_.barrierEach == 1},
+                          {"iters", opt_.iters},
+                          {"transport", std::getenv("HETCOMM_TRANSPORT") ? std::getenv("HETCOMM_TRANSPORT") : "auto"},
+                          {"algo", std::getenv("HETCOMM_ALGO") ? std::getenv("HETCOMM_ALGO") : "auto"},
+                          {"rows", rows_},
+                          {"wrong_checks", failed},
+                          {"avg_busbw_gbs", avgBusBw}};
+    std::ofstream out(opt_.jsonPath);
+    out << doc.dump(1) << "\n";
+    if (!out) std::fprintf(stderr, "%s: -J %s: cannot write the file\n", test_.name, opt_.jsonPath.c_str());
   }
 
   // Seconds this rank spent in the timed calls. Back to back, a rank that finishes a call early starts the next:
@@ -553,6 +592,7 @@ class Runner {
   uint64_t checkRep_ = 0;     // seed of the next checked call
   int64_t failedChecks_ = 0;  // checks on this rank that found a wrong element
   double bwSum_ = 0;          // busbw summed over every row and placement, for the footer
+  std::vector<nlohmann::json> rows_;  // -J: every row so far
   int bwCount_ = 0;
 };
 
