@@ -4,7 +4,8 @@
 # shm within a host, tcp across over the InfiniBand-class fabric, the hierarchical and synthesised collectives
 # correct, and a topology-aware one chosen. Then clusters/dualrail-2x2.json: tcp striped over two InfiniBand-class
 # rails. Then an irregular cluster (clusters/ranks-1-2-4.json: hosts of 1, 2 and 4 ranks), where no hierarchy is
-# uniform: the synthesised collectives chosen and correct.
+# uniform: the synthesised collectives chosen and correct. Where the PyTorch backend is built, its op checks run on
+# the 2x2 cluster too.
 # Skips (exit 77) where network namespaces cannot be made (not root, or no permission).
 set -uo pipefail
 repo=$1
@@ -107,6 +108,19 @@ for coll in all_reduce all_gather reduce_scatter broadcast reduce; do
   grep -qE "^\[0\] +419430[0-9] .* (hier|synth) +[0-9.]+$" <<<"$out"
   check "the cost model picks hier or synth for $coll at 4 MiB" $?
 done
+
+# The PyTorch backend on the cluster, where it is built: torch's rendezvous at rank 0's address on the fabric every
+# host shares (hetcomm-run's MASTER_ADDR), every op against gloo bound to that fabric's NIC (eth0 here).
+build=$(cd "$bin/.." && pwd)
+if [ -z "${HETCOMM_TRANSPORT:-}" ] && ls "$build"/python/hetcomm/_torch_backend*.so >/dev/null 2>&1; then
+  py=$(grep -E '^HETCOMM_PYTHON:' "$build/CMakeCache.txt" | cut -d= -f2)
+  out=$("$bin/hetcomm-run" --cluster "$tmp/cluster.json" -x PYTHONPATH="$build/python" -x OMP_NUM_THREADS=1 \
+    -x GLOO_SOCKET_IFNAME=eth0 "${py:-/usr/bin/python3}" "$repo/tests/integration/torch_ops_check.py" 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] && [ "$(grep -c 'all checks passed' <<<"$out")" -eq 4 ]
+  check "the torch backend under hetcomm-run --cluster: every op and dtype as gloo's" $?
+  [ $rc -eq 0 ] || tail -n 15 <<<"$out"
+fi
 
 "$emulate" down "$tmp/cluster.json" >/dev/null 2>&1; check "emulate-cluster down" $?
 
