@@ -37,7 +37,14 @@ constexpr uint32_t kHelloMagic = 0x48534348;    // "HCSH"
 constexpr uint32_t kProofMagic = 0x50534348;    // "HCSP"
 constexpr uint32_t kWelcomeMagic = 0x57534348;  // "HCSW"
 constexpr uint32_t kMaxKey = 4096;
-constexpr uint64_t kMaxValue = 64ull << 20;
+// The largest value: a rank's record (its transports' addresses, its topology) is a few KiB; a cluster's link matrix
+// a few MiB at thousands of ranks.
+constexpr uint64_t kMaxValue = 16ull << 20;
+// StoreServer::Limits: bytes held for every connection together (a peer that knows the secret still cannot make
+// the store's process grow past them); a handshake deadline and a cap on connections in their handshake (port
+// scanners and half-open connections cannot hold the store's file descriptors).
+// Refusals are logged once per interval, with a count.
+constexpr auto kRefusalLogEvery = std::chrono::seconds(10);
 
 struct Hello {
   uint32_t magic = kHelloMagic;
@@ -62,11 +69,37 @@ struct ReqHeader {
   uint64_t valueLen;
 };
 struct ReplyHeader {
-  uint8_t status;  // 0 ok, 1 bad request
+  uint8_t status;  // kReplyOk, kReplyBad, kReplyExists
   uint8_t pad[7];
   uint64_t len;
 };
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3 };
+// kCreate: set, unless the key exists (then kReplyExists, and the value stays).
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCreate = 4 };
+enum Reply : uint8_t { kReplyOk = 0, kReplyBad = 1, kReplyExists = 2 };
+
+// One log line per interval for refused connections, with how many there were and the last reason: a flood of
+// strangers costs a line every few seconds, not one each.
+class RefusalLog {
+ public:
+  void refuse(const std::string& why) {
+    const auto now = std::chrono::steady_clock::now();
+    ++count_;
+    last_ = why;
+    if (now < next_) return;
+    if (count_ == 1)
+      HC_WARN("store: refused %s", last_.c_str());
+    else
+      HC_WARN("store: refused %llu connections in the last %llds, the last one: %s", (unsigned long long)count_,
+              (long long)std::chrono::duration_cast<std::chrono::seconds>(kRefusalLogEvery).count(), last_.c_str());
+    count_ = 0;
+    next_ = now + kRefusalLogEvery;
+  }
+
+ private:
+  uint64_t count_ = 0;
+  std::string last_;
+  std::chrono::steady_clock::time_point next_{};
+};
 
 }  // namespace
 
@@ -76,9 +109,50 @@ struct StoreServer::Impl {
   asio::io_context io;
   tcp::acceptor acceptor{io};
   crypto::Secret secret;
+  StoreServer::Limits limits;
   std::map<std::string, std::vector<std::byte>> data;
   // Getters parked until their key is set: each waits on a timer that set() cancels.
   std::multimap<std::string, asio::steady_timer*> waiters;
+  int unauthenticated = 0;  // connections still in their handshake
+  uint64_t heldBytes = 0;   // stored values plus requests being read (kMaxHeldBytes)
+  RefusalLog refusals;
+
+  // Counts a connection as unauthenticated for as long as it lives or until it authenticates.
+  struct Pending {
+    Impl* impl;
+    bool counted = true;
+    explicit Pending(Impl* i) : impl(i) { ++impl->unauthenticated; }
+    void done() {
+      if (counted) --impl->unauthenticated;
+      counted = false;
+    }
+    ~Pending() { done(); }
+  };
+
+  void store(const std::string& key, std::vector<std::byte> value) {
+    auto it = data.find(key);
+    if (it != data.end()) heldBytes -= it->second.size();
+    heldBytes += value.size();
+    data[key] = std::move(value);
+  }
+
+  // Reads a request's value as it arrives, never ahead of it: a header that announces 16 MiB and sends nothing
+  // costs nothing. Fails (and the connection closes) past the value limit or the store's budget.
+  asio::awaitable<bool> readValue(tcp::socket& sock, uint64_t len, std::vector<std::byte>& value) {
+    if (heldBytes + len > limits.maxHeldBytes) co_return false;
+    heldBytes += len;  // reserved while it is read; released below (the caller stores it again if it keeps it)
+    boost::system::error_code ec;
+    constexpr uint64_t kChunk = 64 << 10;
+    value.clear();
+    while (value.size() < len && !ec) {
+      const size_t at = value.size(), n = static_cast<size_t>(std::min<uint64_t>(kChunk, len - at));
+      value.resize(at + n);
+      co_await asio::async_read(sock, asio::buffer(value.data() + at, n),
+                                asio::redirect_error(asio::use_awaitable, ec));
+    }
+    heldBytes -= len;
+    co_return !ec;
+  }
 
   void wake(const std::string& key) {
     auto [lo, hi] = waiters.equal_range(key);
@@ -90,19 +164,48 @@ struct StoreServer::Impl {
     auto redirect = asio::redirect_error(asio::use_awaitable, ec);
     auto remote = sock.remote_endpoint(ec);
     std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+    if (unauthenticated >= limits.maxUnauthenticated) {
+      refusals.refuse(from + ": " + std::to_string(limits.maxUnauthenticated) +
+                      " connections already wait to authenticate");
+      co_return;
+    }
+    Pending pending(this);
+    // The handshake must finish in time: closing the socket ends the reads below. The handler may already be
+    // queued when this coroutine ends, so it touches the socket only while the coroutine lives (one thread runs
+    // both: no race).
+    asio::steady_timer handshakeTimer(io, limits.handshake);
+    bool timedOut = false;
+    auto alive = std::make_shared<bool>(true);
+    struct Dead {
+      std::shared_ptr<bool> flag;
+      ~Dead() { *flag = false; }
+    } markDeadOnExit{alive};
+    handshakeTimer.async_wait([&sock, &timedOut, alive](const boost::system::error_code& tec) {
+      if (tec || !*alive || timedOut) return;  // cancelled (authenticated), or the connection is gone
+      timedOut = true;
+      boost::system::error_code ignored;
+      sock.close(ignored);
+    });
     Hello hello;
     if (!crypto::randomBytes(hello.nonce).ok()) co_return;
     co_await asio::async_write(sock, asio::buffer(&hello, sizeof(hello)), redirect);
     Proof proof;
     if (!ec) co_await asio::async_read(sock, asio::buffer(&proof, sizeof(proof)), redirect);
+    if (timedOut) {
+      refusals.refuse(from + ": it did not authenticate within " + std::to_string(limits.handshake.count()) + " ms");
+      co_return;
+    }
     if (ec || proof.magic != kProofMagic) {
-      HC_WARN("store: refused %s: it does not speak the hetcomm store protocol", from.c_str());
+      refusals.refuse(from + ": it does not speak the hetcomm store protocol");
       co_return;
     }
     if (!crypto::macEqual(proof.mac, crypto::prove(secret, hello.nonce, "store-client"))) {
-      HC_WARN("store: refused %s: wrong secret (another job, or a stale unique id?)", from.c_str());
+      refusals.refuse(from + ": wrong secret (another job, or a stale unique id?)");
       co_return;
     }
+    handshakeTimer.cancel();
+    if (timedOut) co_return;  // it fired just as the proof arrived: the socket is closed
+    pending.done();
     Welcome welcome;
     welcome.mac = crypto::prove(secret, proof.nonce, "store-server");
     co_await asio::async_write(sock, asio::buffer(&welcome, sizeof(welcome)), redirect);
@@ -110,19 +213,35 @@ struct StoreServer::Impl {
       ReqHeader h;
       co_await asio::async_read(sock, asio::buffer(&h, sizeof(h)), redirect);
       if (ec) break;
-      if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kAdd) {
-        HC_WARN("store: malformed request from %s; closing", from.c_str());
+      if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kCreate) {
+        HC_WARN("store: malformed request from %s (op %u, key %u bytes, value %llu bytes; at most %u and %llu); "
+                "closing",
+                from.c_str(), h.op, h.keyLen, (unsigned long long)h.valueLen, kMaxKey, (unsigned long long)kMaxValue);
         break;
       }
       std::string key(h.keyLen, '\0');
-      std::vector<std::byte> value(h.valueLen);
-      std::array<asio::mutable_buffer, 2> bufs{asio::buffer(key), asio::buffer(value)};
-      co_await asio::async_read(sock, bufs, redirect);
+      co_await asio::async_read(sock, asio::buffer(key), redirect);
       if (ec) break;
+      std::vector<std::byte> value;
+      if (!co_await readValue(sock, h.valueLen, value)) {
+        if (heldBytes + h.valueLen > limits.maxHeldBytes)
+          HC_WARN("store: %s asked to store %llu bytes beyond the store's budget (%llu of %llu bytes held); closing",
+                  from.c_str(), (unsigned long long)h.valueLen, (unsigned long long)heldBytes,
+                  (unsigned long long)limits.maxHeldBytes);
+        break;
+      }
       std::vector<std::byte> out;
+      uint8_t status = kReplyOk;
       if (h.op == kSet) {
-        data[key] = std::move(value);
+        store(key, std::move(value));
         wake(key);
+      } else if (h.op == kCreate) {
+        if (data.count(key)) {
+          status = kReplyExists;
+        } else {
+          store(key, std::move(value));
+          wake(key);
+        }
       } else if (h.op == kAdd) {
         int64_t delta = 0, cur = 0;
         if (value.size() == 8) std::memcpy(&delta, value.data(), 8);
@@ -131,7 +250,7 @@ struct StoreServer::Impl {
         cur += delta;
         std::vector<std::byte> stored(8);
         std::memcpy(stored.data(), &cur, 8);
-        data[key] = stored;
+        store(key, stored);
         out = stored;
         wake(key);
       } else {  // kGet: wait for the key; the client bounds the wait by closing the connection
@@ -146,6 +265,7 @@ struct StoreServer::Impl {
         out = data[key];
       }
       ReplyHeader rh{};
+      rh.status = status;
       rh.len = out.size();
       std::array<asio::const_buffer, 2> reply{asio::buffer(&rh, sizeof(rh)), asio::buffer(out)};
       co_await asio::async_write(sock, reply, redirect);
@@ -166,9 +286,10 @@ struct StoreServer::Impl {
 };
 
 Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& bindAddr, uint16_t port,
-                                                        const crypto::Secret& secret) {
+                                                        const crypto::Secret& secret, Limits limits) {
   auto impl = std::make_unique<Impl>();
   impl->secret = secret;
+  impl->limits = limits;
   boost::system::error_code ec;
   auto addr = asio::ip::make_address(bindAddr.empty() ? "0.0.0.0" : bindAddr, ec);
   if (ec) return invalidArgument("store: bad bind address '%s'", bindAddr.c_str());
@@ -372,7 +493,8 @@ Status StoreClient::request(uint8_t op, const std::string& key, const std::vecto
   ReplyHeader rh{};
   std::string what = "waiting for key " + key;
   if (st.ok()) st = recvAll(fd_, &rh, sizeof(rh), deadline, where_, what.c_str());
-  if (st.ok() && (rh.status != 0 || rh.len > kMaxValue)) st = remoteError("store at %s: bad reply", where_.c_str());
+  if (st.ok() && rh.status == kReplyExists && rh.len == 0) return Status(Code::kInvalidUsage, "exists");
+  if (st.ok() && (rh.status != kReplyOk || rh.len > kMaxValue)) st = remoteError("store at %s: bad reply", where_.c_str());
   if (st.ok()) {
     reply->resize(rh.len);
     st = recvAll(fd_, reply->data(), rh.len, deadline, where_, what.c_str());
@@ -408,7 +530,16 @@ Result<int64_t> StoreClient::add(const std::string& key, int64_t delta) {
 Result<std::vector<std::vector<std::byte>>> StoreClient::allGather(const std::string& prefix, int rank, int nranks,
                                                                    const std::vector<std::byte>& mine,
                                                                    Deadline deadline) {
-  HC_TRY(set(prefix + "/" + std::to_string(rank), mine));
+  // Created, not set: a second process with the same rank finds the key taken and fails now, saying so, instead
+  // of the job hanging until its timeout.
+  std::vector<std::byte> ignored;
+  const std::string myKey = prefix + "/" + std::to_string(rank);
+  if (Status st = request(kCreate, myKey, mine, Deadline::afterSec(60), &ignored); !st.ok()) {
+    if (st.code() != Code::kInvalidUsage) return st;
+    return invalidUsage("duplicate rank: another process already joined as rank %d of %d (store key %s): the "
+                        "launcher gave two processes the same rank (RANK, HETCOMM_RANK, ...)",
+                        rank, nranks, myKey.c_str());
+  }
   std::vector<std::vector<std::byte>> all(nranks);
   for (int i = 0; i < nranks; ++i) {
     if (i == rank) {

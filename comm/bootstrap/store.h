@@ -5,6 +5,7 @@
 // set or get keys. get() waits until the key exists or the deadline passes. Values are opaque bytes.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -19,10 +20,21 @@ namespace hetcomm::comm {
 
 class StoreServer {
  public:
+  // What one job's peers, and strangers, may cost the store's process. The defaults are the protocol's; tests
+  // shrink them.
+  struct Limits {
+    std::chrono::milliseconds handshake{10000};  // a connection that has not proven the secret by then is dropped
+    int maxUnauthenticated = 64;                 // connections in their handshake at once; more are closed at once
+    uint64_t maxHeldBytes = 1ull << 30;          // stored values plus requests being read, for all connections
+  };
   // Listens on bindAddr:port (port 0: any free port; bindAddr "" or "0.0.0.0": every interface) and serves
   // on a thread of its own until destroyed.
   static Result<std::unique_ptr<StoreServer>> start(const std::string& bindAddr, uint16_t port,
-                                                    const crypto::Secret& secret);
+                                                    const crypto::Secret& secret, Limits limits);
+  static Result<std::unique_ptr<StoreServer>> start(const std::string& bindAddr, uint16_t port,
+                                                    const crypto::Secret& secret) {
+    return start(bindAddr, port, secret, Limits{});
+  }
   ~StoreServer();
   uint16_t port() const { return port_; }
 

@@ -8,6 +8,12 @@
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "comm/bootstrap/store.h"
 #include "common/deadline.h"
 
@@ -281,6 +287,118 @@ TEST_F(Store, BarrierTimesOutWhenARankIsMissing) {
   for (auto& t : threads) t.join();
   EXPECT_LT(nowSec() - t0, 5.0);
   for (auto& s : st) EXPECT_EQ(s.code(), Code::kTimeout) << s.toString();
+}
+
+
+// ---- hardening: what strangers and bad peers may cost the store ----
+
+// A plain TCP connection to the store that says nothing (a port scanner, a half-open peer).
+int rawConnect(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Seconds until the server closes fd (reads return 0 or fail), reading and dropping its hello; -1 past limitSec.
+double secondsUntilClosed(int fd, double limitSec) {
+  const double t0 = nowSec();
+  char buf[256];
+  while (nowSec() - t0 < limitSec) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) > 0) {
+      ssize_t r = ::recv(fd, buf, sizeof(buf), 0);
+      if (r <= 0) return nowSec() - t0;
+    }
+  }
+  return -1;
+}
+
+TEST(StoreHardening, AConnectionThatNeverAuthenticatesIsDropped) {
+  StoreServer::Limits limits;
+  limits.handshake = std::chrono::milliseconds(300);
+  auto s = StoreServer::start("127.0.0.1", 0, secretOf(5), limits);
+  ASSERT_TRUE(s) << s.error().toString();
+  int fd = rawConnect((*s)->port());
+  ASSERT_GE(fd, 0);
+  const double closedAfter = secondsUntilClosed(fd, 5.0);
+  ::close(fd);
+  EXPECT_GE(closedAfter, 0.2) << "dropped before its deadline";
+  EXPECT_GE(closedAfter, 0) << "still open 5 s later: the handshake deadline did not fire";
+  EXPECT_LT(closedAfter, 3.0);
+  // The store still serves its job.
+  auto c = StoreClient::connect("127.0.0.1", (*s)->port(), secretOf(5), Deadline::afterSec(5));
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
+}
+
+TEST(StoreHardening, UnauthenticatedConnectionsAreCapped) {
+  StoreServer::Limits limits;
+  limits.maxUnauthenticated = 4;
+  auto s = StoreServer::start("127.0.0.1", 0, secretOf(6), limits);
+  ASSERT_TRUE(s) << s.error().toString();
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) held.push_back(rawConnect((*s)->port()));
+  for (int fd : held) ASSERT_GE(fd, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the server has taken them in
+  // The next stranger is closed at once; the first four wait for their handshake deadline (10 s).
+  int extra = rawConnect((*s)->port());
+  ASSERT_GE(extra, 0);
+  const double closedAfter = secondsUntilClosed(extra, 3.0);
+  EXPECT_GE(closedAfter, 0) << "a fifth unauthenticated connection was kept";
+  ::close(extra);
+  EXPECT_LT(secondsUntilClosed(held[0], 0.3), 0) << "a connection within the cap was dropped early";
+  // Once they go, room again: a real client connects.
+  for (int fd : held) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto c = StoreClient::connect("127.0.0.1", (*s)->port(), secretOf(6), Deadline::afterSec(5));
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
+}
+
+TEST(StoreHardening, AnAuthenticatedPeerCannotGrowTheStorePastItsBudget) {
+  StoreServer::Limits limits;
+  limits.maxHeldBytes = 4 << 20;
+  auto s = StoreServer::start("127.0.0.1", 0, secretOf(8), limits);
+  ASSERT_TRUE(s) << s.error().toString();
+  auto c = StoreClient::connect("127.0.0.1", (*s)->port(), secretOf(8), Deadline::afterSec(5));
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("a", Bytes(3 << 20)).ok());
+  // 3 MiB held: 2 MiB more is past the 4 MiB budget, and the server closes the connection.
+  Status st = (*c)->set("b", Bytes(2 << 20));
+  EXPECT_FALSE(st.ok());
+  // Replacing a value counts its new size only; other clients are served.
+  auto d = StoreClient::connect("127.0.0.1", (*s)->port(), secretOf(8), Deadline::afterSec(5));
+  ASSERT_TRUE(d) << d.error().toString();
+  EXPECT_TRUE((*d)->set("a", Bytes(1 << 20)).ok());
+  EXPECT_TRUE((*d)->set("b", Bytes(2 << 20)).ok());
+  auto v = (*d)->get("b", Deadline::afterSec(5));
+  ASSERT_TRUE(v) << v.error().toString();
+  EXPECT_EQ(v->size(), size_t{2} << 20);
+}
+
+TEST_F(Store, ADuplicateRankFailsAtOnceSayingSo) {
+  auto first = client();
+  auto second = client();
+  ASSERT_TRUE(first && second);
+  // Rank 1 of 2 joins; a second process claiming rank 1 joins too. The real rank 0 never comes: the duplicate
+  // must fail now, not at the deadline.
+  std::thread t([&] { (void)first->allGather("job/peers", 1, 2, bytesOf("real"), Deadline::afterMs(1500)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double t0 = nowSec();
+  auto dup = second->allGather("job/peers", 1, 2, bytesOf("impostor"), Deadline::afterSec(30));
+  const double took = nowSec() - t0;
+  t.join();
+  ASSERT_FALSE(dup);
+  EXPECT_EQ(dup.error().code(), Code::kInvalidUsage) << dup.error().toString();
+  EXPECT_NE(dup.error().message().find("duplicate rank"), std::string::npos) << dup.error().message();
+  EXPECT_LT(took, 2.0);
 }
 
 }  // namespace
