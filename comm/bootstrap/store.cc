@@ -21,6 +21,7 @@
 #include <thread>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
+#include "common/listener_guard.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -42,9 +43,7 @@ constexpr uint32_t kMaxKey = 4096;
 constexpr uint64_t kMaxValue = 16ull << 20;
 // StoreServer::Limits: bytes held for every connection together (a peer that knows the secret still cannot make
 // the store's process grow past them); a handshake deadline and a cap on connections in their handshake (port
-// scanners and half-open connections cannot hold the store's file descriptors).
-// Refusals are logged once per interval, with a count.
-constexpr auto kRefusalLogEvery = std::chrono::seconds(10);
+// scanners and half-open connections cannot hold the store's file descriptors): common/listener_guard.h.
 
 struct Hello {
   uint32_t magic = kHelloMagic;
@@ -77,30 +76,6 @@ struct ReplyHeader {
 enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCreate = 4 };
 enum Reply : uint8_t { kReplyOk = 0, kReplyBad = 1, kReplyExists = 2 };
 
-// One log line per interval for refused connections, with how many there were and the last reason: a flood of
-// strangers costs a line every few seconds, not one each.
-class RefusalLog {
- public:
-  void refuse(const std::string& why) {
-    const auto now = std::chrono::steady_clock::now();
-    ++count_;
-    last_ = why;
-    if (now < next_) return;
-    if (count_ == 1)
-      HC_WARN("store: refused %s", last_.c_str());
-    else
-      HC_WARN("store: refused %llu connections in the last %llds, the last one: %s", (unsigned long long)count_,
-              (long long)std::chrono::duration_cast<std::chrono::seconds>(kRefusalLogEvery).count(), last_.c_str());
-    count_ = 0;
-    next_ = now + kRefusalLogEvery;
-  }
-
- private:
-  uint64_t count_ = 0;
-  std::string last_;
-  std::chrono::steady_clock::time_point next_{};
-};
-
 }  // namespace
 
 // ---- server ----
@@ -114,20 +89,8 @@ struct StoreServer::Impl {
   // Getters parked until their key is set: each waits on a timer that set() cancels.
   std::multimap<std::string, asio::steady_timer*> waiters;
   int unauthenticated = 0;  // connections still in their handshake
-  uint64_t heldBytes = 0;   // stored values plus requests being read (kMaxHeldBytes)
-  RefusalLog refusals;
-
-  // Counts a connection as unauthenticated for as long as it lives or until it authenticates.
-  struct Pending {
-    Impl* impl;
-    bool counted = true;
-    explicit Pending(Impl* i) : impl(i) { ++impl->unauthenticated; }
-    void done() {
-      if (counted) --impl->unauthenticated;
-      counted = false;
-    }
-    ~Pending() { done(); }
-  };
+  uint64_t heldBytes = 0;   // stored values plus requests being read (Limits::maxHeldBytes)
+  RefusalLog refusals{"store"};
 
   void store(const std::string& key, std::vector<std::byte> value) {
     auto it = data.find(key);
@@ -169,29 +132,14 @@ struct StoreServer::Impl {
                       " connections already wait to authenticate");
       co_return;
     }
-    Pending pending(this);
-    // The handshake must finish in time: closing the socket ends the reads below. The handler may already be
-    // queued when this coroutine ends, so it touches the socket only while the coroutine lives (one thread runs
-    // both: no race).
-    asio::steady_timer handshakeTimer(io, limits.handshake);
-    bool timedOut = false;
-    auto alive = std::make_shared<bool>(true);
-    struct Dead {
-      std::shared_ptr<bool> flag;
-      ~Dead() { *flag = false; }
-    } markDeadOnExit{alive};
-    handshakeTimer.async_wait([&sock, &timedOut, alive](const boost::system::error_code& tec) {
-      if (tec || !*alive || timedOut) return;  // cancelled (authenticated), or the connection is gone
-      timedOut = true;
-      boost::system::error_code ignored;
-      sock.close(ignored);
-    });
+    Unauthenticated pending(unauthenticated);
+    HandshakeDeadline<tcp::socket> deadline(io, sock, limits.handshake);  // closing the socket ends the reads
     Hello hello;
     if (!crypto::randomBytes(hello.nonce).ok()) co_return;
     co_await asio::async_write(sock, asio::buffer(&hello, sizeof(hello)), redirect);
     Proof proof;
     if (!ec) co_await asio::async_read(sock, asio::buffer(&proof, sizeof(proof)), redirect);
-    if (timedOut) {
+    if (deadline.expired()) {
       refusals.refuse(from + ": it did not authenticate within " + std::to_string(limits.handshake.count()) + " ms");
       co_return;
     }
@@ -203,8 +151,8 @@ struct StoreServer::Impl {
       refusals.refuse(from + ": wrong secret (another job, or a stale unique id?)");
       co_return;
     }
-    handshakeTimer.cancel();
-    if (timedOut) co_return;  // it fired just as the proof arrived: the socket is closed
+    deadline.disarm();
+    if (deadline.expired()) co_return;  // it fired just as the proof arrived: the socket is closed
     pending.done();
     Welcome welcome;
     welcome.mac = crypto::prove(secret, proof.nonce, "store-server");
@@ -214,9 +162,10 @@ struct StoreServer::Impl {
       co_await asio::async_read(sock, asio::buffer(&h, sizeof(h)), redirect);
       if (ec) break;
       if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kCreate) {
-        HC_WARN("store: malformed request from %s (op %u, key %u bytes, value %llu bytes; at most %u and %llu); "
-                "closing",
-                from.c_str(), h.op, h.keyLen, (unsigned long long)h.valueLen, kMaxKey, (unsigned long long)kMaxValue);
+        HC_WARN(
+            "store: malformed request from %s (op %u, key %u bytes, value %llu bytes; at most %u and %llu); "
+            "closing",
+            from.c_str(), h.op, h.keyLen, (unsigned long long)h.valueLen, kMaxKey, (unsigned long long)kMaxValue);
         break;
       }
       std::string key(h.keyLen, '\0');
@@ -401,7 +350,8 @@ Result<int> dialStore(const tcp::endpoint& ep, const std::string& where, const c
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   Hello hello;
   Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");
-  if (st.ok() && hello.magic != kHelloMagic) st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
+  if (st.ok() && hello.magic != kHelloMagic)
+    st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
   Proof proof;
   if (st.ok()) st = crypto::randomBytes(proof.nonce);
   if (st.ok()) {
@@ -494,7 +444,8 @@ Status StoreClient::request(uint8_t op, const std::string& key, const std::vecto
   std::string what = "waiting for key " + key;
   if (st.ok()) st = recvAll(fd_, &rh, sizeof(rh), deadline, where_, what.c_str());
   if (st.ok() && rh.status == kReplyExists && rh.len == 0) return Status(Code::kInvalidUsage, "exists");
-  if (st.ok() && (rh.status != kReplyOk || rh.len > kMaxValue)) st = remoteError("store at %s: bad reply", where_.c_str());
+  if (st.ok() && (rh.status != kReplyOk || rh.len > kMaxValue))
+    st = remoteError("store at %s: bad reply", where_.c_str());
   if (st.ok()) {
     reply->resize(rh.len);
     st = recvAll(fd_, reply->data(), rh.len, deadline, where_, what.c_str());
@@ -536,9 +487,10 @@ Result<std::vector<std::vector<std::byte>>> StoreClient::allGather(const std::st
   const std::string myKey = prefix + "/" + std::to_string(rank);
   if (Status st = request(kCreate, myKey, mine, Deadline::afterSec(60), &ignored); !st.ok()) {
     if (st.code() != Code::kInvalidUsage) return st;
-    return invalidUsage("duplicate rank: another process already joined as rank %d of %d (store key %s): the "
-                        "launcher gave two processes the same rank (RANK, HETCOMM_RANK, ...)",
-                        rank, nranks, myKey.c_str());
+    return invalidUsage(
+        "duplicate rank: another process already joined as rank %d of %d (store key %s): the "
+        "launcher gave two processes the same rank (RANK, HETCOMM_RANK, ...)",
+        rank, nranks, myKey.c_str());
   }
   std::vector<std::vector<std::byte>> all(nranks);
   for (int i = 0; i < nranks; ++i) {

@@ -42,9 +42,11 @@ Result<EmulatedCluster> loadEmulatedCluster(const std::string& clusterFile, cons
       const auto& nics = h.at("nics");
       if (nics.empty()) return invalidArgument("%s: host %s has no NICs", statePath.c_str(), host.name.c_str());
       host.storeAddr = nics.at(0).at("storeAddr").get<std::string>();
-      for (const auto& n : nics) host.nics.push_back({n.at("fabric").get<std::string>(), n.at("addr").get<std::string>()});
+      for (const auto& n : nics)
+        host.nics.push_back({n.at("fabric").get<std::string>(), n.at("addr").get<std::string>()});
       host.ranks = h.value("ranks", c.ranksPerHost);
-      if (host.ranks < 1) return invalidArgument("%s: host %s has %d ranks", statePath.c_str(), host.name.c_str(), host.ranks);
+      if (host.ranks < 1)
+        return invalidArgument("%s: host %s has %d ranks", statePath.c_str(), host.name.c_str(), host.ranks);
       c.hosts.push_back(std::move(host));
     }
   } catch (const nlohmann::json::exception& e) {

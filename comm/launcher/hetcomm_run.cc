@@ -46,16 +46,26 @@ constexpr int kUsageExit = 2;
 // torchrun's names are set too (rank 0's host and a port of their own), so torch.distributed's env:// rendezvous
 // works under hetcomm-run; hetcomm itself reads its own names first.
 constexpr const char* kOwnedVariables[] = {
-    "HETCOMM_RANK",        "HETCOMM_WORLD_SIZE",  "HETCOMM_LOCAL_RANK", "HETCOMM_LOCAL_WORLD_SIZE",
-    "HETCOMM_MASTER_ADDR", "HETCOMM_MASTER_PORT", "HETCOMM_SECRET",     "HETCOMM_STORE",
-    "RANK",                "WORLD_SIZE",          "LOCAL_RANK",         "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",         "MASTER_PORT",
+    "HETCOMM_RANK",
+    "HETCOMM_WORLD_SIZE",
+    "HETCOMM_LOCAL_RANK",
+    "HETCOMM_LOCAL_WORLD_SIZE",
+    "HETCOMM_MASTER_ADDR",
+    "HETCOMM_MASTER_PORT",
+    "HETCOMM_SECRET",
+    "HETCOMM_STORE",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
 };
 
 struct LaunchOptions {
   int nranks = 0;
-  std::string cluster;    // --cluster: a cluster file whose emulation is up
-  int ranksPerHost = 0;   // --ranks-per-host (0: the cluster file's)
+  std::string cluster;               // --cluster: a cluster file whose emulation is up
+  int ranksPerHost = 0;              // --ranks-per-host (0: the cluster file's)
   std::vector<std::string> exports;  // -x arguments as given
   bool noPrefix = false;
   double graceSec = 3;
@@ -254,7 +264,8 @@ std::string rendezvousAddress(const EmulatedCluster& c, const std::vector<int>& 
     bool everywhere = true;
     for (int r = 0; r < nranks && everywhere; ++r) {
       const auto& nics = c.hosts[hostOfRank[r]].nics;
-      everywhere = std::any_of(nics.begin(), nics.end(), [&](const EmulatedHost::Nic& m) { return m.fabric == n.fabric; });
+      everywhere =
+          std::any_of(nics.begin(), nics.end(), [&](const EmulatedHost::Nic& m) { return m.fabric == n.fabric; });
     }
     if (everywhere) return n.addr;
   }
@@ -318,7 +329,7 @@ int launch(int argc, char** argv) {
   }
   // Where each rank runs; an emulated cluster's ranks reach the store through their host's fabric.
   std::vector<Placement> placement;
-  std::string bindAddr = "127.0.0.1";  // loopback: every rank is on this host, and nothing else should see the port
+  std::string bindAddr = "127.0.0.1";     // loopback: every rank is on this host, and nothing else should see the port
   std::string torchMaster = "127.0.0.1";  // rank 0's host, for torch's rendezvous
   if (!opts.cluster.empty()) {
     auto cluster = loadEmulatedCluster(opts.cluster);
@@ -350,8 +361,8 @@ int launch(int argc, char** argv) {
       placement.push_back(at);
       int fd = open(("/run/netns/" + h.netns).c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {
-        std::fprintf(stderr, "hetcomm-run: network namespace %s of host %s: %s (is the cluster up?)\n",
-                     h.netns.c_str(), h.name.c_str(), std::strerror(errno));
+        std::fprintf(stderr, "hetcomm-run: network namespace %s of host %s: %s (is the cluster up?)\n", h.netns.c_str(),
+                     h.name.c_str(), std::strerror(errno));
         return 1;
       }
       spec.netnsFds.push_back(fd);

@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -59,7 +59,7 @@ struct Options {
   int blocking = 0;
   int average = 1;
   int barrierEach = 0;
-  int root = 0;  // -1: every root
+  int root = 0;          // -1: every root
   std::string jsonPath;  // -J: every row as JSON (rank 0 writes it)
   std::vector<hetcommRedOp_t> ops;
   std::vector<hetcommDataType_t> types;
@@ -421,8 +421,8 @@ class Runner {
         // What hetcomm chose for this row and what its cost model predicted, next to what was measured.
         char algo[32];
         double predictedUs = 0;
-        HC_PERF_CHECK(hetcommCommGetAlgorithm(comm_, static_cast<hetcommCollective_t>(test_.algo),
-                                              counts_.paramCount, type_, algo, sizeof(algo), &predictedUs));
+        HC_PERF_CHECK(hetcommCommGetAlgorithm(comm_, static_cast<hetcommCollective_t>(test_.algo), counts_.paramCount,
+                                              type_, algo, sizeof(algo), &predictedUs));
         print("  %9s  %9s", algo, formatValue(predictedUs, 9).c_str());
         row["algorithm"] = algo;
         row["predicted_us"] = predictedUs;
@@ -589,9 +589,9 @@ class Runner {
   size_t elt_ = 4;
   CollCounts counts_{};
 
-  uint64_t checkRep_ = 0;     // seed of the next checked call
-  int64_t failedChecks_ = 0;  // checks on this rank that found a wrong element
-  double bwSum_ = 0;          // busbw summed over every row and placement, for the footer
+  uint64_t checkRep_ = 0;             // seed of the next checked call
+  int64_t failedChecks_ = 0;          // checks on this rank that found a wrong element
+  double bwSum_ = 0;                  // busbw summed over every row and placement, for the footer
   std::vector<nlohmann::json> rows_;  // -J: every row so far
   int bwCount_ = 0;
 };

@@ -23,10 +23,10 @@ PYBIND11_MODULE(_torch_backend, m) {
     }
   };
   py::class_<ProcessGroupHetcomm, c10d::ProcessGroup, c10::intrusive_ptr<ProcessGroupHetcomm>>(m, "ProcessGroupHetcomm")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       std::chrono::milliseconds timeout) {
-             return c10::make_intrusive<ProcessGroupHetcomm>(store, rank, size, timeout);
-           }),
+      .def(py::init(
+               [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout) {
+                 return c10::make_intrusive<ProcessGroupHetcomm>(store, rank, size, timeout);
+               }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
       .def("algorithm_for", &ProcessGroupHetcomm::algorithmFor, py::arg("count"),

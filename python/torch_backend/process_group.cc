@@ -22,21 +22,30 @@ const at::Tensor& single(const std::vector<at::Tensor>& tensors, const char* wha
 void checkTensor(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.device().is_cpu(), "hetcomm: ", what, ": the tensor is on ", t.device().str(),
               ", and the hetcomm backend takes CPU tensors only for now (GPU tensors are not supported yet)");
-  TORCH_CHECK(t.layout() == c10::kStrided, "hetcomm: ", what, ": only dense tensors are supported, not ",
-              t.layout(), " ones");
+  TORCH_CHECK(t.layout() == c10::kStrided, "hetcomm: ", what, ": only dense tensors are supported, not ", t.layout(),
+              " ones");
 }
 
 hetcommDataType_t dataType(const at::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
-    case at::kFloat: return hetcommFloat32;
-    case at::kDouble: return hetcommFloat64;
-    case at::kHalf: return hetcommFloat16;
-    case at::kBFloat16: return hetcommBfloat16;
-    case at::kChar: return hetcommInt8;
-    case at::kByte: return hetcommUint8;
-    case at::kBool: return hetcommUint8;  // one byte of 0 or 1; reductions map to max/min (reduceOp)
-    case at::kInt: return hetcommInt32;
-    case at::kLong: return hetcommInt64;
+    case at::kFloat:
+      return hetcommFloat32;
+    case at::kDouble:
+      return hetcommFloat64;
+    case at::kHalf:
+      return hetcommFloat16;
+    case at::kBFloat16:
+      return hetcommBfloat16;
+    case at::kChar:
+      return hetcommInt8;
+    case at::kByte:
+      return hetcommUint8;
+    case at::kBool:
+      return hetcommUint8;  // one byte of 0 or 1; reductions map to max/min (reduceOp)
+    case at::kInt:
+      return hetcommInt32;
+    case at::kLong:
+      return hetcommInt64;
     default:
       TORCH_CHECK(false, "hetcomm: ", what, ": dtype ", t.scalar_type(),
                   " is not supported (float32, float64, float16, bfloat16, int8, uint8, int32, int64, bool)");
@@ -45,11 +54,16 @@ hetcommDataType_t dataType(const at::Tensor& t, const char* what) {
 
 const char* opName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
-    case c10d::ReduceOp::BAND: return "BAND";
-    case c10d::ReduceOp::BOR: return "BOR";
-    case c10d::ReduceOp::BXOR: return "BXOR";
-    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
-    default: return "this op";
+    case c10d::ReduceOp::BAND:
+      return "BAND";
+    case c10d::ReduceOp::BOR:
+      return "BOR";
+    case c10d::ReduceOp::BXOR:
+      return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM:
+      return "PREMUL_SUM";
+    default:
+      return "this op";
   }
 }
 
@@ -57,10 +71,14 @@ hetcommRedOp_t reduceOp(const c10d::ReduceOp& op, const at::Tensor& t, const cha
   // On bool, as NCCL's backend does: SUM is a logical or (max of 0/1), PRODUCT a logical and (min).
   const bool isBool = t.scalar_type() == at::kBool;
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return isBool ? hetcommMax : hetcommSum;
-    case c10d::ReduceOp::PRODUCT: return isBool ? hetcommMin : hetcommProd;
-    case c10d::ReduceOp::MIN: return hetcommMin;
-    case c10d::ReduceOp::MAX: return hetcommMax;
+    case c10d::ReduceOp::SUM:
+      return isBool ? hetcommMax : hetcommSum;
+    case c10d::ReduceOp::PRODUCT:
+      return isBool ? hetcommMin : hetcommProd;
+    case c10d::ReduceOp::MIN:
+      return hetcommMin;
+    case c10d::ReduceOp::MAX:
+      return hetcommMax;
     case c10d::ReduceOp::AVG:
       TORCH_CHECK(!isBool, "hetcomm: ", what, ": ReduceOp.AVG is not defined on bool tensors");
       return hetcommAvg;
@@ -71,8 +89,8 @@ hetcommRedOp_t reduceOp(const c10d::ReduceOp& op, const at::Tensor& t, const cha
 }
 
 void checkSameKind(const at::Tensor& a, const at::Tensor& b, const char* what) {
-  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hetcomm: ", what, ": tensors of different dtypes (",
-              a.scalar_type(), " and ", b.scalar_type(), ")");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type(), "hetcomm: ", what, ": tensors of different dtypes (", a.scalar_type(),
+              " and ", b.scalar_type(), ")");
 }
 
 size_t elements(const at::Tensor& t) { return static_cast<size_t>(t.numel()); }
@@ -190,7 +208,7 @@ void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<HetcommWork> work,
-                                                            const Enqueue& enqueue) {
+                                                           const Enqueue& enqueue) {
   std::vector<c10::intrusive_ptr<HetcommWork>> done;  // freed on this thread, after the lock
   std::lock_guard<std::mutex> lock(mu_);
   done.swap(done_);
@@ -211,7 +229,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<He
 // queues anything else. A group runs its messages concurrently: ranks that each send to the other before they
 // receive (isend, then irecv, as gloo allows) do not wait for each other.
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::queuePointToPoint(c10::intrusive_ptr<HetcommWork> work,
-                                                                       P2p message) {
+                                                                      P2p message) {
   std::vector<c10::intrusive_ptr<HetcommWork>> done;  // freed on this thread, after the lock
   std::lock_guard<std::mutex> lock(mu_);
   done.swap(done_);
@@ -244,9 +262,9 @@ void ProcessGroupHetcomm::flushLocked() {
   }
   if (r != hetcommSuccess && r != hetcommInProgress) {
     const char* msg = hetcommGetLastError(comm_);
-    auto error = std::make_exception_ptr(std::runtime_error(
-        c10::str("hetcomm: send/recv failed on rank ", rank_, ": ", (msg && *msg) ? msg : "no message", " (",
-                 hetcommGetErrorString(r), ")")));
+    auto error = std::make_exception_ptr(
+        std::runtime_error(c10::str("hetcomm: send/recv failed on rank ", rank_, ": ",
+                                    (msg && *msg) ? msg : "no message", " (", hetcommGetErrorString(r), ")")));
     if (stream) hetcommStreamDestroy(stream);
     for (auto& [work, m] : batch) work->complete(error);
     return;
@@ -322,8 +340,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::allreduce_coalesced(std::vec
   }
   const hetcommDataType_t type = dataType(tensors[0], "allreduce_coalesced");
   const hetcommRedOp_t op = reduceOp(opts.reduceOp, tensors[0], "allreduce_coalesced");
-  auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced",
-                                               tensors);
+  auto work =
+      c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::ALLREDUCE_COALESCED, "allreduce_coalesced", tensors);
   // One flat buffer, one operation; the results go back into each tensor.
   std::vector<at::Tensor> flat;
   for (const at::Tensor& t : tensors) flat.push_back(t.reshape({-1}));
@@ -441,8 +459,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::_reduce_scatter_base(at::Ten
   checkTensor(input, "_reduce_scatter_base");
   checkTensor(output, "_reduce_scatter_base");
   checkSameKind(input, output, "_reduce_scatter_base");
-  TORCH_CHECK(input.numel() == output.numel() * size_, "hetcomm: _reduce_scatter_base: the input has ",
-              input.numel(), " elements, not world size (", size_, ") x the output's ", output.numel());
+  TORCH_CHECK(input.numel() == output.numel() * size_, "hetcomm: _reduce_scatter_base: the input has ", input.numel(),
+              " elements, not world size (", size_, ") x the output's ", output.numel());
   const hetcommDataType_t type = dataType(output, "_reduce_scatter_base");
   const hetcommRedOp_t op = reduceOp(opts.reduceOp, output, "_reduce_scatter_base");
   auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::_REDUCE_SCATTER_BASE, "_reduce_scatter_base",
@@ -489,8 +507,8 @@ std::vector<int64_t> splitRows(const at::Tensor& t, const std::vector<int64_t>& 
   TORCH_CHECK(static_cast<int>(splits.size()) == size, "hetcomm: alltoall_base: ", splits.size(), " ", side,
               " split sizes for ", size, " ranks");
   for (int64_t s : splits) TORCH_CHECK(s >= 0, "hetcomm: alltoall_base: a negative ", side, " split size (", s, ")");
-  TORCH_CHECK(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows, "hetcomm: alltoall_base: the ",
-              side, " split sizes add up to ", std::accumulate(splits.begin(), splits.end(), int64_t{0}),
+  TORCH_CHECK(std::accumulate(splits.begin(), splits.end(), int64_t{0}) == rows, "hetcomm: alltoall_base: the ", side,
+              " split sizes add up to ", std::accumulate(splits.begin(), splits.end(), int64_t{0}),
               ", not the tensor's first dimension (", rows, ")");
   return splits;
 }

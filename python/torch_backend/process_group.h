@@ -11,8 +11,6 @@
 #pragma once
 
 #include <hetcomm/hetcomm.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -21,6 +19,8 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 namespace hetcomm::torch_backend {
 
@@ -53,7 +53,7 @@ class HetcommWork : public c10d::Work {
   std::vector<std::pair<at::Tensor, at::Tensor>> copies_;  // (caller's tensor, staged result), in order
   hetcommStream_t stream_ = nullptr;
   std::vector<c10::intrusive_ptr<HetcommWork>> followers_;  // sends and receives of the same group
-  std::atomic<ProcessGroupHetcomm*> pg_{nullptr};            // set while a send or receive waits in its group
+  std::atomic<ProcessGroupHetcomm*> pg_{nullptr};           // set while a send or receive waits in its group
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
@@ -79,8 +79,8 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
-  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
-                                                 const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(
+      at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts = c10d::AllgatherOptions()) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter(
       std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
       const c10d::ReduceScatterOptions& opts = c10d::ReduceScatterOptions()) override;
@@ -132,7 +132,7 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   std::condition_variable cv_;
   std::vector<std::pair<c10::intrusive_ptr<HetcommWork>, P2p>> p2p_;  // sends and receives not yet queued
   std::deque<c10::intrusive_ptr<HetcommWork>> pending_;               // queued, for the watcher
-  std::vector<c10::intrusive_ptr<HetcommWork>> done_;                  // completed, freed by the next caller
+  std::vector<c10::intrusive_ptr<HetcommWork>> done_;                 // completed, freed by the next caller
   bool stop_ = false;
   std::thread watcher_;
 };

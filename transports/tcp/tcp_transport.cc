@@ -17,6 +17,7 @@
 #include <cstring>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
+#include "common/listener_guard.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
@@ -38,6 +39,10 @@ namespace {
 
 constexpr int kMaxSockets = 16;
 constexpr double kDialAttemptSec = 10;
+// A connection to the listener that has not proven the job secret within this long is dropped, and at most this
+// many beyond what the communicator's own peers may dial can be in their handshake at once.
+constexpr std::chrono::milliseconds kHandshakeTime{10000};
+constexpr int kMaxStrangers = 64;
 
 // ---- handshake messages (fixed size, sent as bytes; all ranks of a job share one byte order) ----
 struct Hello {
@@ -97,6 +102,12 @@ struct ConnectState {
   std::vector<std::vector<std::string>> via;  // [peer][socket index]: the address at the peer's end
   int dialsLeft = 0;
   Status error;
+  Deadline deadline;  // connectAll's
+  // Strangers on the listening port (common/listener_guard.h): each must finish its handshake in time, few may
+  // wait at once, and their refusals are logged once per interval.
+  int unauthenticated = 0;
+  int maxUnauthenticated = kMaxStrangers;  // plus the sockets this rank's lower peers may dial
+  RefusalLog refusals{"tcp"};
 
   bool done() const {
     if (dialsLeft > 0) return false;
@@ -116,70 +127,81 @@ asio::awaitable<void> dialOne(ConnectState& st, int peer, int idx, int nsocks, P
   const Config& cfg = st.cfg;
   std::string lastError = "no address to try";
   std::string refusal;  // a peer that answered but refused says more than an address that did not answer
-  for (const auto& addr : addrs) {
-    boost::system::error_code ec;
-    auto ip = asio::ip::make_address(addr, ec);
-    if (ec) {
-      lastError = "bad address " + addr;
-      continue;
-    }
-    tcp::socket sock(st.io);
-    // An unreachable address must not eat the whole deadline: close the socket when this attempt runs long. The
-    // flag keeps a timer that fires in the same pass as the handshake's end from touching a socket moved away.
-    auto attemptLive = std::make_shared<bool>(true);
-    asio::steady_timer timer(st.io, std::chrono::duration_cast<asio::steady_timer::duration>(
-                                        std::chrono::duration<double>(kDialAttemptSec)));
-    timer.async_wait([&sock, attemptLive](boost::system::error_code e) {
-      if (!e && *attemptLive) sock.close();
-    });
-    co_await sock.async_connect(tcp::endpoint(ip, info.port), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec) {
+  // A listener that closes the connection before its hello is busy (strangers fill its handshake slots, see
+  // acceptOne): try again until set-up's deadline, as they are dropped within its handshake deadline.
+  for (int attempt = 0;; ++attempt) {
+    bool busy = false;
+    for (const auto& addr : addrs) {
+      boost::system::error_code ec;
+      auto ip = asio::ip::make_address(addr, ec);
+      if (ec) {
+        lastError = "bad address " + addr;
+        continue;
+      }
+      tcp::socket sock(st.io);
+      // An unreachable address must not eat the whole deadline: close the socket when this attempt runs long. The
+      // flag keeps a timer that fires in the same pass as the handshake's end from touching a socket moved away.
+      auto attemptLive = std::make_shared<bool>(true);
+      asio::steady_timer timer(st.io, std::chrono::duration_cast<asio::steady_timer::duration>(
+                                          std::chrono::duration<double>(kDialAttemptSec)));
+      timer.async_wait([&sock, attemptLive](boost::system::error_code e) {
+        if (!e && *attemptLive) sock.close();
+      });
+      co_await sock.async_connect(tcp::endpoint(ip, info.port), asio::redirect_error(asio::use_awaitable, ec));
+      if (ec) {
+        *attemptLive = false;
+        timer.cancel();
+        lastError = format("connect to %s:%u: %s", addr.c_str(), info.port, ec.message().c_str());
+        continue;
+      }
+      Hello hello;
+      co_await asio::async_read(sock, asio::buffer(&hello, sizeof(hello)),
+                                asio::redirect_error(asio::use_awaitable, ec));
+      if (ec || hello.magic != Hello::kMagic) {
+        *attemptLive = false;
+        timer.cancel();
+        lastError = format("%s:%u did not answer with the hetcomm tcp handshake", addr.c_str(), info.port);
+        busy = busy || (ec == asio::error::eof || ec == asio::error::connection_reset);
+        continue;
+      }
+      Reply reply;
+      reply.rank = static_cast<uint32_t>(cfg.rank);
+      reply.sockIdx = static_cast<uint32_t>(idx);
+      reply.nsocks = static_cast<uint32_t>(nsocks);
+      reply.commId = cfg.commId;
+      if (Status s = crypto::randomBytes(reply.nonce); !s.ok()) {
+        *attemptLive = false;
+        st.error = s;
+        co_return;
+      }
+      reply.mac = crypto::prove(cfg.secret, hello.nonce, "tcp-dial", cfg.rank, peer, cfg.commId, idx);
+      co_await asio::async_write(sock, asio::buffer(&reply, sizeof(reply)),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+      Ack ack;
+      if (!ec)
+        co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
       *attemptLive = false;
       timer.cancel();
-      lastError = format("connect to %s:%u: %s", addr.c_str(), info.port, ec.message().c_str());
-      continue;
-    }
-    Hello hello;
-    co_await asio::async_read(sock, asio::buffer(&hello, sizeof(hello)), asio::redirect_error(asio::use_awaitable, ec));
-    if (ec || hello.magic != Hello::kMagic) {
-      *attemptLive = false;
-      timer.cancel();
-      lastError = format("%s:%u did not answer with the hetcomm tcp handshake", addr.c_str(), info.port);
-      continue;
-    }
-    Reply reply;
-    reply.rank = static_cast<uint32_t>(cfg.rank);
-    reply.sockIdx = static_cast<uint32_t>(idx);
-    reply.nsocks = static_cast<uint32_t>(nsocks);
-    reply.commId = cfg.commId;
-    if (Status s = crypto::randomBytes(reply.nonce); !s.ok()) {
-      *attemptLive = false;
-      st.error = s;
+      if (ec || ack.magic != Ack::kMagic) {
+        refusal = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
+                         addr.c_str(), info.port);
+        continue;
+      }
+      if (!crypto::macEqual(ack.mac,
+                            crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId, idx))) {
+        refusal = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
+                         addr.c_str(), info.port, peer);
+        continue;
+      }
+      st.via[peer][idx] = addr;
+      st.socks[peer][idx].emplace(std::move(sock));
+      --st.dialsLeft;
       co_return;
     }
-    reply.mac = crypto::prove(cfg.secret, hello.nonce, "tcp-dial", cfg.rank, peer, cfg.commId, idx);
-    co_await asio::async_write(sock, asio::buffer(&reply, sizeof(reply)),
-                               asio::redirect_error(asio::use_awaitable, ec));
-    Ack ack;
-    if (!ec)
-      co_await asio::async_read(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
-    *attemptLive = false;
-    timer.cancel();
-    if (ec || ack.magic != Ack::kMagic) {
-      refusal = format("rank %d at %s:%u refused the connection (another job, communicator or secret?)", peer,
-                       addr.c_str(), info.port);
-      continue;
-    }
-    if (!crypto::macEqual(ack.mac,
-                          crypto::prove(cfg.secret, reply.nonce, "tcp-accept", peer, cfg.rank, cfg.commId, idx))) {
-      refusal = format("the listener at %s:%u failed to prove it knows the job secret: not rank %d of this job",
-                       addr.c_str(), info.port, peer);
-      continue;
-    }
-    st.via[peer][idx] = addr;
-    st.socks[peer][idx].emplace(std::move(sock));
-    --st.dialsLeft;
-    co_return;
+    if (!busy || !refusal.empty() || st.deadline.expired() || !st.error.ok()) break;
+    asio::steady_timer pause(st.io, std::chrono::milliseconds(std::min(100 * (attempt + 1), 1000)));
+    boost::system::error_code ignored;
+    co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
   }
   if (st.error.ok())
     st.error = remoteError("rank %d cannot reach rank %d over tcp: %s", cfg.rank, peer,
@@ -191,6 +213,13 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
   boost::system::error_code ec;
   auto remote = sock.remote_endpoint(ec);
   std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
+  if (st.unauthenticated >= st.maxUnauthenticated) {
+    st.refusals.refuse(format("a connection from %s to rank %d: %d connections already wait to authenticate",
+                              from.c_str(), cfg.rank, st.maxUnauthenticated));
+    co_return;
+  }
+  Unauthenticated pending(st.unauthenticated);
+  HandshakeDeadline<tcp::socket> deadline(st.io, sock, kHandshakeTime);  // closing the socket ends the reads
   Hello hello;
   if (Status s = crypto::randomBytes(hello.nonce); !s.ok()) {
     st.error = s;
@@ -200,7 +229,9 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
   Reply r;
   if (!ec) co_await asio::async_read(sock, asio::buffer(&r, sizeof(r)), asio::redirect_error(asio::use_awaitable, ec));
   std::string why;
-  if (ec)
+  if (deadline.expired())
+    why = format("it did not authenticate within %lld ms", (long long)kHandshakeTime.count());
+  else if (ec)
     why = "handshake read failed: " + ec.message();
   else if (r.magic != Reply::kMagic)
     why = "it does not speak the hetcomm tcp handshake";
@@ -216,9 +247,12 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
                r.mac, crypto::prove(cfg.secret, hello.nonce, "tcp-dial", r.rank, cfg.rank, cfg.commId, r.sockIdx)))
     why = "wrong secret";
   if (!why.empty()) {
-    HC_WARN("tcp: rank %d refused a connection from %s: %s", cfg.rank, from.c_str(), why.c_str());
+    st.refusals.refuse(format("a connection from %s to rank %d: %s", from.c_str(), cfg.rank, why.c_str()));
     co_return;  // the socket closes; set-up goes on
   }
+  deadline.disarm();
+  if (deadline.expired()) co_return;  // it fired just as the reply arrived: the socket is closed
+  pending.done();
   Ack ack;
   ack.mac = crypto::prove(cfg.secret, r.nonce, "tcp-accept", cfg.rank, r.rank, cfg.commId, r.sockIdx);
   co_await asio::async_write(sock, asio::buffer(&ack, sizeof(ack)), asio::redirect_error(asio::use_awaitable, ec));
@@ -375,7 +409,7 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   if (!acceptor_) return invalidUsage("tcp: connectAll before listen");
 
   asio::io_context io;  // first: destroyed last, after the coroutine frames that use it
-  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0), {}, 0, {}};
+  ConnectState st{io, config_, nsocks_, {}, std::vector<int>(n, 0), std::vector<int>(n, 0), {}, 0, {}, deadline};
   st.socks.resize(n);
   for (auto& v : st.socks) v.resize(kMaxSockets);
   st.via.assign(n, std::vector<std::string>(kMaxSockets));
@@ -386,7 +420,8 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
   for (int p = 0; p < n; ++p) {
     if (p == me || blobs[p].empty()) continue;
     if (p < me) {
-      st.expectFrom[p] = -1;  // count announced in the handshake
+      st.expectFrom[p] = -1;                 // count announced in the handshake
+      st.maxUnauthenticated += kMaxSockets;  // its dials may all be in their handshake at once
       continue;
     }
     HC_ASSIGN_OR_RETURN(PeerInfo info, decodeBlob(blobs[p], p));

@@ -22,8 +22,8 @@ Result<std::unique_ptr<VerbsTransport>> VerbsTransport::create(const Config&, co
 }
 VerbsTransport::~VerbsTransport() = default;
 Result<std::vector<std::byte>> VerbsTransport::listen() { return notBuilt(); }
-Result<std::vector<std::unique_ptr<Connection>>> VerbsTransport::connectAll(
-    const std::vector<std::vector<std::byte>>&, Deadline) {
+Result<std::vector<std::unique_ptr<Connection>>> VerbsTransport::connectAll(const std::vector<std::vector<std::byte>>&,
+                                                                            Deadline) {
   return notBuilt();
 }
 Status VerbsTransport::progress() { return notBuilt(); }

@@ -1,6 +1,13 @@
 // The rendezvous store: set / get / add, get waiting for a set from another thread, bounded waits, the secret
 // handshake, and allGather / barrier with ranks as threads.
+#include "comm/bootstrap/store.h"
+
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -8,13 +15,6 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include "comm/bootstrap/store.h"
 #include "common/deadline.h"
 
 namespace hetcomm::comm {
@@ -232,8 +232,8 @@ TEST_F(Store, AllGatherWithFourThreads) {
       auto c = client();
       if (!c) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(30 * (n - r)));  // arrive in reverse order
-      results[r] = c->allGather("ag", r, n, bytesOf("rank" + std::to_string(r) + std::string(r, '+')),
-                                Deadline::afterSec(10));
+      results[r] =
+          c->allGather("ag", r, n, bytesOf("rank" + std::to_string(r) + std::string(r, '+')), Deadline::afterSec(10));
     });
   for (auto& t : threads) t.join();
   for (int r = 0; r < n; ++r) {
@@ -288,7 +288,6 @@ TEST_F(Store, BarrierTimesOutWhenARankIsMissing) {
   EXPECT_LT(nowSec() - t0, 5.0);
   for (auto& s : st) EXPECT_EQ(s.code(), Code::kTimeout) << s.toString();
 }
-
 
 // ---- hardening: what strangers and bad peers may cost the store ----
 

@@ -6,10 +6,16 @@
 //
 // HETCOMM_NSOCKS_PERPEER is read once per process, so the striping tests re-run this binary as a child process
 // with the variable set (TcpStriping.* starts TcpStripingChild.Run).
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -20,6 +26,7 @@
 #include "common/deadline.h"
 #include "common/strings.h"
 #include "tests/support/transport_harness.h"
+#include "transports/blob.h"
 #include "transports/tcp/tcp_connection.h"
 #include "transports/tcp/tcp_transport.h"
 
@@ -156,6 +163,65 @@ void expectRefused(int liar, bool badCommId) {
 TEST(TcpAuth, DialerWithTheWrongSecretIsRefused) { expectRefused(0, false); }
 TEST(TcpAuth, AcceptorWithTheWrongSecretIsRefused) { expectRefused(1, false); }
 TEST(TcpAuth, OtherCommunicatorIsRefused) { expectRefused(0, true); }
+
+// Strangers on a rank's listening port while its communicator sets up (a port scanner, a flood of half-open
+// connections): a bounded number wait for their handshake deadline, the rest are closed at once, and the real
+// peers connect as if nobody else were there.
+TEST(TcpAuth, StrangersOnTheListenerAreCappedAndThePeersStillConnect) {
+  std::vector<std::unique_ptr<TcpTransport>> ts;
+  std::vector<std::vector<std::byte>> blobs;
+  for (int r = 0; r < 2; ++r) {
+    auto t = TcpTransport::create(configFor(r, 2, secretOf(1), 0xBEEF));
+    ASSERT_TRUE(t) << t.error().toString();
+    auto b = (*t)->listen();
+    ASSERT_TRUE(b) << b.error().toString();
+    blobs.push_back(*b);
+    ts.push_back(std::move(*t));
+  }
+  const TextBlob blob = TextBlob::parse(blobs[1], "hctcp", 1);
+  const std::string* port = blob.find("port");
+  ASSERT_TRUE(port);
+  constexpr int kStrangers = 120;  // rank 1 lets 64 strangers and rank 0's 16 possible dials wait: 80
+  std::vector<int> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(*port)));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << std::strerror(errno);
+    strangers.push_back(fd);
+  }
+  std::vector<std::optional<Result<std::vector<std::unique_ptr<Connection>>>>> conns(2);
+  std::vector<std::thread> threads;
+  const double t0 = nowSec();
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] { conns[r].emplace(ts[r]->connectAll(blobs, Deadline::afterSec(20))); });
+  // While set-up runs, count the strangers closed on them (recv 0 after the listener's hello, if any).
+  int closed = 0;
+  std::vector<bool> isClosed(kStrangers, false);
+  while (nowSec() - t0 < 2.0) {
+    for (int i = 0; i < kStrangers; ++i) {
+      if (isClosed[i]) continue;
+      char buf[256];
+      ssize_t n = ::recv(strangers[i], buf, sizeof(buf), MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        isClosed[i] = true;
+        ++closed;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& t : threads) t.join();
+  const double took = nowSec() - t0;
+  for (int fd : strangers) ::close(fd);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(*conns[r]) << "rank " << r << ": " << conns[r]->error().toString();
+  EXPECT_LT(took, 15.0) << "the strangers held set-up up";
+  EXPECT_GE(closed, kStrangers - 80) << "strangers beyond the cap were kept waiting";
+  EXPECT_LE(closed, kStrangers - 64) << "strangers within the cap were closed before their handshake deadline";
+  for (auto& c : conns) (*c)->clear();  // connections before transports
+  ts.clear();
+}
 
 // ---- a peer goes away ----
 
