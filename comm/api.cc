@@ -45,9 +45,9 @@ const char* hetcommGetErrorString(hetcommResult_t r) {
     case hetcommInternalError:
       return "internal error - please report this issue to the hetcomm developers";
     case hetcommInvalidArgument:
-      return "invalid argument (run with HETCOMM_DEBUG=WARN for details)";
+      return "invalid argument (HETCOMM_DEBUG=INFO logs more)";
     case hetcommInvalidUsage:
-      return "invalid usage (run with HETCOMM_DEBUG=WARN for details)";
+      return "invalid usage (HETCOMM_DEBUG=INFO logs more)";
     case hetcommRemoteError:
       return "remote process exited or there was a network error";
     case hetcommInProgress:

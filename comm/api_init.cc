@@ -130,8 +130,10 @@ Status initFromEnv(hetcommComm_t* out) {
           e.secretDerived ? " (secret derived from the job identity; set HETCOMM_SECRET for a real one)" : "");
   UniqueIdContent id{e.masterAddr, e.masterPort, e.secret, 0};
   if (!e.externalStore && e.rank == 0) {
-    auto server = StoreServer::start("", e.masterPort, e.secret);
+    // Port 0: a lone rank's store, on loopback only.
+    auto server = StoreServer::start(e.masterPort == 0 ? "127.0.0.1" : "", e.masterPort, e.secret);
     if (!server) return server.error();
+    id.port = (*server)->port();
     HC_TRY(keepServer(std::move(*server)));
   }
   // Every rank derives the same id for its n-th communicator made from the environment.

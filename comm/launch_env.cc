@@ -42,13 +42,19 @@ crypto::Secret deriveSecret(const std::string& addr, uint16_t port) {
 }
 
 Status fillAddress(LaunchEnv& e, const char* fallbackAddr, const char* fallbackPort, int portOffset) {
-  if (auto a = env("HETCOMM_MASTER_ADDR"))
+  if (auto a = env("HETCOMM_MASTER_ADDR")) {
     e.masterAddr = *a;
-  else if (fallbackAddr && env(fallbackAddr))
+  } else if (fallbackAddr && env(fallbackAddr)) {
     e.masterAddr = *env(fallbackAddr);
-  else
+  } else if (e.nranks == 1 && !env("HETCOMM_MASTER_PORT")) {
+    // One rank needs no rendezvous with anyone: its own store on loopback, any free port.
+    e.masterAddr = "127.0.0.1";
+    e.masterPort = 0;
+    return okStatus();
+  } else {
     return invalidArgument("%s: set HETCOMM_MASTER_ADDR (or MASTER_ADDR) to the address of the host of rank 0",
                            e.launcher.c_str());
+  }
   if (env("HETCOMM_MASTER_PORT")) {
     HC_ASSIGN_OR_RETURN(e.masterPort, portVar("HETCOMM_MASTER_PORT"));
   } else if (fallbackPort && env(fallbackPort)) {
@@ -99,16 +105,22 @@ Result<LaunchEnv> readLaunchEnv() {
       HC_ASSIGN_OR_RETURN(e.localRank, intVar("SLURM_LOCALID", 0));
     }
     HC_TRY(fillAddress(e, "MASTER_ADDR", "MASTER_PORT", 0));
+  } else if (env("RANK") || env("WORLD_SIZE")) {
+    // Half of torchrun's variables is a launcher's mistake, not a lone process.
+    return invalidArgument("torchrun: %s is not set (RANK and WORLD_SIZE go together)",
+                           env("RANK") ? "WORLD_SIZE" : "RANK");
   } else {
-    return invalidArgument(
-        "no launcher variables found: start the program with hetcomm-run, torchrun, mpirun or srun (or set "
-        "HETCOMM_RANK, HETCOMM_WORLD_SIZE and HETCOMM_MASTER_ADDR)");
+    // Started bare, as nccl-tests runs without mpirun: one rank.
+    e.launcher = "no launcher (one rank)";
+    HC_TRY(fillAddress(e, nullptr, nullptr, 0));
   }
   if (e.rank >= e.nranks)
     return invalidArgument("%s: rank %d is not below the world size %d", e.launcher.c_str(), e.rank, e.nranks);
   if (auto s = env("HETCOMM_SECRET")) {
     if (!fromHex(*s, e.secret.data(), e.secret.size()))
       return invalidArgument("HETCOMM_SECRET must be %zu hex digits", 2 * e.secret.size());
+  } else if (e.masterPort == 0) {  // a store of its own: a fresh secret
+    HC_TRY(crypto::randomBytes(e.secret));
   } else {
     e.secret = deriveSecret(e.masterAddr, e.masterPort);
     e.secretDerived = true;

@@ -22,7 +22,7 @@ struct LaunchEnv {
   int nranks = 1;
   int localRank = 0;
   std::string masterAddr;
-  uint16_t masterPort = 0;
+  uint16_t masterPort = 0;  // 0: one rank, no address given: it serves its own store on loopback, any port
   crypto::Secret secret{};
   bool secretDerived = false;  // no HETCOMM_SECRET: derived from the job identity
   bool externalStore = false;  // the launcher hosts the store; rank 0 must not start one

@@ -3,6 +3,7 @@
 #include "trainer/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -125,6 +127,43 @@ class TempFile {
  private:
   std::string path_;
 };
+
+std::string shortHostName() {
+  char host[256] = {0};
+  if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
+  std::string h(host);
+  return h.substr(0, h.find('.'));
+}
+
+// The temp file of this process's write of path: PATH.tmp.HOST.PID (the host: on a shared file system another
+// host's PIDs mean nothing here).
+std::string tempPathFor(const std::string& path) {
+  return path + ".tmp." + shortHostName() + "." + std::to_string(::getpid());
+}
+
+// Removes the temp files of earlier writes of path whose writer is gone (killed before it could rename or unlink
+// them): PATH.tmp.HOST.PID of this host, and PATH.tmp.PID (the older name), whose PID no longer runs. A live
+// writer's, or another host's, is left alone.
+void removeStaleTemps(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
+  const std::string host = shortHostName();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string rest = name.substr(prefix.size());
+    const size_t dot = rest.find_last_of('.');
+    if (dot != std::string::npos) {
+      if (rest.substr(0, dot) != host) continue;
+      rest = rest.substr(dot + 1);
+    }
+    if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos || rest.size() > 9) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(rest));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+  }
+}
 
 bool writeAll(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -244,7 +283,8 @@ Result<void> writeCheckpoint(const std::string& path, std::span<const TensorRef>
   unsigned char lengthBytes[8];
   for (int i = 0; i < 8; ++i) lengthBytes[i] = static_cast<unsigned char>(uint64_t(headerText.size()) >> (8 * i));
 
-  TempFile tmp(path + ".tmp." + std::to_string(::getpid()));
+  removeStaleTemps(path);
+  TempFile tmp(tempPathFor(path));
   auto ioError = [&](const std::string& step) {
     return Error{.source = source, .detail = step + " " + tmp.path() + ": " + errnoText()};
   };

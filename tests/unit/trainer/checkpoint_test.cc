@@ -2,10 +2,10 @@
 // each truncation, flipped header and data bytes, bad dtypes, overlapping or gapped offsets, absurd lengths.
 // Also the atomic write: a failed write leaves the old file and no temp file behind.
 #include "trainer/checkpoint.h"
-#include "tests/unit/trainer/test_support.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+
+#include "tests/unit/trainer/test_support.h"
 
 namespace hetcomm::trainer {
 namespace {
@@ -407,6 +409,32 @@ TEST(Checkpoint, FailedWriteKeepsTheOldFile) {
   EXPECT_NE(r.error().detail.find(".tmp."), std::string::npos) << r.error().message();
   EXPECT_EQ(readBytes(path), before);
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"ckpt.safetensors"}));
+}
+
+// A run killed mid-write leaves its temp file; the next write of that checkpoint removes it, and only it: a live
+// writer's temp file and another host's stay.
+TEST(Checkpoint, TempFilesOfKilledWritersAreRemoved) {
+  TempDir dir;
+  const pid_t dead = ::fork();
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ::waitpid(dead, nullptr, 0);  // gone: its PID no longer runs (and is not reused this soon)
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  std::string me(host);
+  me = me.substr(0, me.find('.'));
+  const std::string live = std::to_string(::getppid());
+  for (const std::string& name :
+       {"ckpt.safetensors.tmp." + me + "." + std::to_string(dead), "ckpt.safetensors.tmp." + std::to_string(dead),
+        "ckpt.safetensors.tmp." + me + "." + live, "ckpt.safetensors.tmp.otherhost." + std::to_string(dead),
+        "other.safetensors.tmp." + std::to_string(dead)})
+    std::ofstream(dir.file(name)) << "partial";
+  writeSample(dir);
+  std::vector<std::string> kept = {"ckpt.safetensors", "ckpt.safetensors.tmp." + me + "." + live,
+                                   "ckpt.safetensors.tmp.otherhost." + std::to_string(dead),
+                                   "other.safetensors.tmp." + std::to_string(dead)};
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(dir.entries(), kept);
 }
 
 TEST(Checkpoint, FailedRenameKeepsTheTargetAndNoTempFile) {
