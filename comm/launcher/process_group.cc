@@ -402,6 +402,9 @@ void Job::beginStop(int sig) {
   stopping_ = true;
   stopSignal_ = sig;
   signalGroups(sig);
+  // A stopped rank (SIGSTOP, a debugger's stop, Ctrl-Z) acts on the signal only once it runs again: continue it,
+  // as a shell's kill does, rather than wait out the grace period for it.
+  if (sig != SIGKILL) signalGroups(SIGCONT);
   killAt_ = Deadline::afterSec(spec_.graceSec);
   lingerUntil_ = Deadline::never();  // the stop sequence bounds the wait from here on
 }

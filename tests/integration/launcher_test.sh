@@ -117,6 +117,20 @@ else
 fi
 clean_leftovers
 
+# (c) a stopped rank (SIGSTOP) is stopped with the job at once, not after the grace period: it is continued so that
+# it acts on SIGTERM
+launch --grace 20 -np 2 sh -c "if [ \$HETCOMM_RANK = 1 ]; then kill -STOP \$\$; $SLEEP; fi; sleep 0.5; exit 5"
+if [ $rc -ne 5 ]; then
+  fail "c: stopped rank" "exit code $rc, expected 5"
+elif [ $ms -gt 5000 ]; then
+  fail "c: stopped rank" "took $ms ms: the launcher waited out the grace period for the stopped rank"
+elif ! no_leftovers; then
+  fail "c: stopped rank" "left behind: $(pgrep -af "$SLEEP")"
+else
+  pass "c: stopped rank"
+fi
+clean_leftovers
+
 # (d) a rank killed by a signal is named with the signal
 launch -np 2 sh -c "if [ \$HETCOMM_RANK = 0 ]; then kill -9 \$\$; fi; $SLEEP"
 if [ $rc -ne 137 ] || ! grep -q 'rank 0 was killed by signal SIGKILL' "$TMP/err"; then
