@@ -16,6 +16,8 @@
 #include <cstdarg>
 #include <cstring>
 #include <string_view>
+#include <thread>
+#include <vector>
 
 #include "comm/launcher/output_prefixer.h"
 #include "common/deadline.h"
@@ -39,6 +41,10 @@ sigset_t jobSignals() {
 // SIGKILL takes effect as soon as a process leaves the kernel, so this only bounds the wait for a process stuck in
 // an uninterruptible sleep, or for a pipe held by something that left its rank's process group (setsid).
 constexpr double kGiveUpAfterKillSec = 2.0;
+// After a rank exits with an error, how long to look for a rank that died by a signal at about the same time: a
+// survivor that noticed a dead peer often exits before the launcher reaps the dead one, and the dead one is the
+// cause to name.
+constexpr auto kBlameWindow = std::chrono::milliseconds(300);
 constexpr size_t kReadChunkBytes = 64 * 1024;
 
 std::string signalName(int sig) {
@@ -351,29 +357,64 @@ void Job::reapChildren() {
   }
 }
 
+// "exited with code 3" or "was killed by signal SIGKILL".
+std::string describeEnd(int status) {
+  if (WIFEXITED(status)) return format("exited with code %d", WEXITSTATUS(status));
+  return format("was killed by signal %s%s", signalName(WTERMSIG(status)).c_str(),
+                WCOREDUMP(status) ? " (core dumped)" : "");
+}
+int exitCodeOf(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
 void Job::onRankExit(Rank& rank, int status) {
   HC_INFO(Boot, "hetcomm-run: rank %d (pid %d) ended with wait status 0x%x", rank.index, static_cast<int>(rank.pid),
           static_cast<unsigned>(status));
   if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || stopping_) return;
 
-  // Everything the rank wrote is in its pipes now; print it before saying it failed, since it likely says why.
-  while (readStream(rank.out)) {
-  }
-  while (readStream(rank.err)) {
-  }
-  std::string what;
+  // The first rank to fail is not always the cause: when it exited with an error, look a moment longer for a rank
+  // killed by a signal (the peer it lost), and name that one first.
+  Rank* cause = &rank;
+  int causeStatus = status;
+  std::vector<std::pair<Rank*, int>> alsoEnded;
   if (WIFEXITED(status)) {
-    exitCode_ = WEXITSTATUS(status);
-    what = format("exited with code %d", exitCode_);
-  } else {
-    int sig = WTERMSIG(status);
-    exitCode_ = 128 + sig;
-    what = format("was killed by signal %s%s", signalName(sig).c_str(), WCOREDUMP(status) ? " (core dumped)" : "");
+    const auto until = std::chrono::steady_clock::now() + kBlameWindow;
+    while (std::chrono::steady_clock::now() < until && WIFEXITED(causeStatus)) {
+      int other = 0;
+      const pid_t pid = waitpid(-1, &other, WNOHANG);
+      if (pid <= 0) {
+        if (pid < 0) break;  // no children left
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      for (Rank& r : ranks_) {
+        if (r.pid != pid) continue;
+        r.reaped = true;
+        HC_INFO(Boot, "hetcomm-run: rank %d (pid %d) ended with wait status 0x%x", r.index, static_cast<int>(r.pid),
+                static_cast<unsigned>(other));
+        if (WIFSIGNALED(other)) {
+          alsoEnded.emplace_back(cause, causeStatus);
+          cause = &r;
+          causeStatus = other;
+        } else if (!(WIFEXITED(other) && WEXITSTATUS(other) == 0)) {
+          alsoEnded.emplace_back(&r, other);
+        }
+      }
+    }
   }
+  // Everything the ranks wrote is in their pipes now; print it before saying they failed, since it likely says why.
+  for (Rank* r : {cause, &rank}) {
+    while (readStream(r->out)) {
+    }
+    while (readStream(r->err)) {
+    }
+  }
+  exitCode_ = exitCodeOf(causeStatus);
+  std::string also;
+  for (const auto& [r, st] : alsoEnded) also += format("; rank %d %s", r->index, describeEnd(st).c_str());
   if (int others = runningCount(); others > 0) {
-    say("rank %d %s; stopping the other %d rank%s", rank.index, what.c_str(), others, plural(others));
+    say("rank %d %s%s; stopping the other %d rank%s", cause->index, describeEnd(causeStatus).c_str(), also.c_str(),
+        others, plural(others));
   } else {
-    say("rank %d %s", rank.index, what.c_str());
+    say("rank %d %s%s", cause->index, describeEnd(causeStatus).c_str(), also.c_str());
   }
   beginStop(SIGTERM);
 }

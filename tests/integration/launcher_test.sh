@@ -117,6 +117,18 @@ else
 fi
 clean_leftovers
 
+# (c) blame: a rank that exits with an error just before another is killed (a survivor that noticed its dead peer
+# first) does not hide the killed one: the launcher names the killed rank as the cause, and the other too
+launch -np 3 sh -c "case \$HETCOMM_RANK in 1) sleep 0.3; exit 1;; 2) sleep 0.4; kill -9 \$\$;; esac; $SLEEP"
+if [ $rc -ne 137 ]; then
+  fail "c: blame" "exit code $rc, expected 137 (the killed rank's)"
+elif ! grep -q 'rank 2 was killed by signal SIGKILL; rank 1 exited with code 1' "$TMP/err"; then
+  fail "c: blame" "stderr does not name rank 2 first: $(cat "$TMP/err")"
+else
+  pass "c: blame"
+fi
+clean_leftovers
+
 # (c) a stopped rank (SIGSTOP) is stopped with the job at once, not after the grace period: it is continued so that
 # it acts on SIGTERM
 launch --grace 20 -np 2 sh -c "if [ \$HETCOMM_RANK = 1 ]; then kill -STOP \$\$; $SLEEP; fi; sleep 0.5; exit 5"
