@@ -37,7 +37,7 @@ HC_PARAM_INT(cmaMaxBytesParam, "SHM_CMA_MAX_BYTES", 1 << 20)
 
 namespace {
 
-constexpr uint32_t kSegMagic = 0x4d534348;    // "HCSM"
+constexpr uint32_t kSegMagic = 0x32534348;    // "HCS2": the layout with abort texts
 constexpr size_t kRingBytes = 1 << 20;        // per direction
 constexpr size_t kMaxChunk = kRingBytes / 4;  // a frame's payload: a frame is written only when it fits whole
 // Frames are made visible to the other side (a store, a fence and a look at its wake-up flag) once this many bytes
@@ -63,7 +63,11 @@ struct alignas(64) Segment {
   uint32_t reserved;
   std::atomic<int32_t> canRead[2];  // side s can process_vm_readv from the other side (-1 not known yet)
   std::atomic<uint32_t> closed[2];  // side s closed: its buffers announced by attach frames may be gone
-  char pad[40];
+  // Why side s aborted, written before aborted[s] is raised. The ring's abort frame waits behind the data queued
+  // before it, which a peer that exits next may never send: this copy reaches the peer whatever the ring holds, so
+  // it blames the rank that caused the abort, not the one that aborted.
+  std::atomic<uint32_t> aborted[2];
+  char abortText[2][512];
   Ring ring[2];  // ring[0]: lower -> higher, ring[1]: higher -> lower
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free && std::atomic<uint32_t>::is_always_lock_free);
@@ -331,6 +335,10 @@ Status ShmConnection::isend(Request& req, std::span<const std::byte> buf, uint64
 
 void ShmConnection::sendAbort(std::string_view reason) noexcept {
   if (!broken_.ok() || peerExited_) return;
+  const size_t n = std::min(reason.size(), sizeof(seg_->abortText[side_]) - 1);
+  std::memcpy(seg_->abortText[side_], reason.data(), n);
+  seg_->abortText[side_][n] = '\0';
+  seg_->aborted[side_].store(1, std::memory_order_release);
   // Behind frames already queued, so it never cuts one in half.
   Out o{FrameHeader::kAbort, nullptr, 0, 0, nullptr};
   o.text = std::string(reason.substr(0, 1024));
@@ -369,6 +377,10 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
     // EFAULT on a buffer the sender promised to keep until our ack: its address space is being torn down (it is
     // exiting) or it abandoned the send (abort). Either way the cause is on the peer's side, so it is a remote error.
     if (n < 0 && errno == EFAULT) {
+      if (seg_->aborted[1 - side_].load()) {  // it aborted: its reason names the cause
+        fail(gone());
+        return;
+      }
       fail(
           remoteError("shm: rank %d (pid %d) no longer has the %llu-byte buffer it was sending (it exited or "
                       "aborted) while rank %d read it by cross-memory attach",
@@ -384,6 +396,11 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
     done += static_cast<size_t>(n);
   }
   // The sender closed before or during the pull: its buffer may have been released or reused; the bytes are void.
+  // Closed because it aborted: its reason names the cause.
+  if (seg_->closed[1 - side_].load(std::memory_order_seq_cst) && seg_->aborted[1 - side_].load()) {
+    fail(gone());
+    return;
+  }
   if (seg_->closed[1 - side_].load(std::memory_order_seq_cst)) {
     fail(remoteError("rank %d closed its connection before rank %d read its %llu-byte message (tag %#llx)", peer_, me_,
                      (unsigned long long)in.total, (unsigned long long)tag));
@@ -486,6 +503,11 @@ bool ShmConnection::armAndRecheck() {
 
 Status ShmConnection::gone() const {
   if (!abortReason_.empty()) return remoteError("rank %d aborted: %s", peer_, abortReason_.c_str());
+  if (seg_->aborted[1 - side_].load(std::memory_order_acquire)) {
+    const char* text = seg_->abortText[1 - side_];
+    return remoteError("rank %d aborted: %.*s", peer_, static_cast<int>(strnlen(text, sizeof(seg_->abortText[0]))),
+                       text);
+  }
   return remoteError("rank %d (pid %d, same host) exited while rank %d still needed it", peer_, peerPid_, me_);
 }
 

@@ -1,5 +1,6 @@
 #include "transports/tcp/tcp_connection.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <boost/asio/buffer.hpp>
 #include <cstring>
 
+#include "common/deadline.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -28,6 +30,10 @@ constexpr size_t kDirectReadBytes = 32 << 10;
 // Per socket and progress() call, so one busy peer cannot starve the others.
 constexpr size_t kReadBudgetBytes = 8 << 20;
 constexpr size_t kMaxAbortReason = 1024;
+// sendAbort finishes a frame in flight before its abort frame when at most this much of it is left, within this
+// long (the peer is alive and reading, or the write fails at once).
+constexpr size_t kAbortFinishBytes = 8 << 20;
+constexpr int64_t kAbortFinishMs = 200;
 constexpr size_t kMaxIov = 32;
 
 }  // namespace
@@ -269,21 +275,63 @@ void TcpConnection::flush(TcpStream& s) {
 
 void TcpConnection::onWritable(TcpStream& s) { flush(s); }
 
+namespace {
+// Writes all of bufs on a non-blocking socket, waiting for room until the deadline. False when it could not.
+bool writeFully(asio::ip::tcp::socket& sock, std::vector<asio::const_buffer> bufs, Deadline deadline) {
+  while (!bufs.empty()) {
+    boost::system::error_code ec;
+    size_t wrote = sock.write_some(bufs, ec);
+    if (ec == asio::error::would_block || ec == asio::error::try_again) {
+      pollfd p{sock.native_handle(), POLLOUT, 0};
+      if (deadline.expired() || ::poll(&p, 1, std::max(1, deadline.msLeft())) < 0) return false;
+      continue;
+    }
+    if (ec && ec != asio::error::interrupted) return false;
+    while (wrote > 0 && !bufs.empty()) {  // drop what the kernel took
+      const size_t take = std::min(wrote, bufs.front().size());
+      bufs.front() += take;
+      wrote -= take;
+      if (bufs.front().size() == 0) bufs.erase(bufs.begin());
+    }
+  }
+  return true;
+}
+}  // namespace
+
 void TcpConnection::sendAbort(std::string_view reason) noexcept {
   if (!broken_.ok() || eofStreams_ > 0) return;
-  // Only on a socket that is between frames: a frame written into the middle of another would be garbage.
+  // The reason goes on a socket between frames: one whose queue is empty or has not started its first segment.
+  // When every socket is in the middle of a frame (large messages streaming), the one closest to a frame's end
+  // finishes that frame first, within a short bound: the peer should learn why, not only that this rank went away
+  // (it would blame this rank for what another one caused).
+  TcpStream* best = nullptr;
+  size_t bestLeft = SIZE_MAX;
   for (auto& s : streams_) {
-    if (!s->sendq.empty() || !s->sock.is_open()) continue;
-    std::string text(reason.substr(0, kMaxAbortReason));
-    FrameHeader h;
-    h.flags = FrameHeader::kAbort;
-    h.len = static_cast<uint32_t>(text.size());
-    h.total = text.size();
-    std::array<asio::const_buffer, 2> iov{asio::const_buffer(&h, sizeof(h)), asio::buffer(text)};
-    boost::system::error_code ec;
-    s->sock.write_some(iov, ec);  // best effort: the socket buffer is empty, so a short frame fits whole
-    return;
+    if (!s->sock.is_open()) continue;
+    const size_t left = s->sendq.empty() ? 0 : sizeof(FrameHeader) + s->sendq.front().hdr.len - s->sendq.front().sent;
+    const bool atBoundary = s->sendq.empty() || s->sendq.front().sent == 0;
+    const size_t cost = atBoundary ? 0 : left;
+    if (cost < bestLeft) best = s.get(), bestLeft = cost;
   }
+  if (!best || bestLeft > kAbortFinishBytes) return;
+  const Deadline deadline = Deadline::afterMs(kAbortFinishMs);
+  std::vector<asio::const_buffer> rest;
+  if (bestLeft > 0) {
+    const TcpStream::Segment& seg = best->sendq.front();
+    const size_t hdrLeft = seg.sent < sizeof(FrameHeader) ? sizeof(FrameHeader) - seg.sent : 0;
+    if (hdrLeft) rest.emplace_back(reinterpret_cast<const char*>(&seg.hdr) + seg.sent, hdrLeft);
+    const size_t paySent = seg.sent > sizeof(FrameHeader) ? seg.sent - sizeof(FrameHeader) : 0;
+    if (seg.hdr.len > paySent) rest.emplace_back(seg.data + paySent, seg.hdr.len - paySent);
+  }
+  std::string text(reason.substr(0, kMaxAbortReason));
+  FrameHeader h;
+  h.flags = FrameHeader::kAbort;
+  h.len = static_cast<uint32_t>(text.size());
+  h.total = text.size();
+  rest.emplace_back(&h, sizeof(h));
+  rest.emplace_back(text.data(), text.size());
+  // Best effort: the connection closes next whatever happens. (The front segment stays queued; closing fails it.)
+  (void)writeFully(best->sock, std::move(rest), deadline);
 }
 
 // ---- receiving ----
