@@ -318,17 +318,23 @@ std::string ProcessGroupHetcomm::algorithmFor(size_t count) const {
 
 // ---- operations ----
 
+c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::inPlace(std::vector<at::Tensor>& tensors, c10d::OpType type,
+                                                            const char* what, const InPlaceCall& call) {
+  const at::Tensor& t = single(tensors, what);
+  checkTensor(t, what);
+  const hetcommDataType_t dtype = dataType(t, what);
+  auto work = c10::make_intrusive<HetcommWork>(rank_, type, what, tensors);
+  at::Tensor buf = work->writable(t);
+  return launch(work, [&](hetcommStream_t s) { return call(buf.data_ptr(), elements(buf), dtype, s); });
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::allreduce(std::vector<at::Tensor>& tensors,
                                                               const c10d::AllreduceOptions& opts) {
-  const at::Tensor& t = single(tensors, "allreduce");
-  checkTensor(t, "allreduce");
-  const hetcommDataType_t type = dataType(t, "allreduce");
-  const hetcommRedOp_t op = reduceOp(opts.reduceOp, t, "allreduce");
-  auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::ALLREDUCE, "allreduce", tensors);
-  at::Tensor buf = work->writable(t);
-  return launch(work, [&](hetcommStream_t s) {
-    return hetcommAllReduce(buf.data_ptr(), buf.data_ptr(), elements(buf), type, op, comm_, s);
-  });
+  const hetcommRedOp_t op = reduceOp(opts.reduceOp, single(tensors, "allreduce"), "allreduce");
+  return inPlace(tensors, c10d::OpType::ALLREDUCE, "allreduce",
+                 [&](void* d, size_t n, hetcommDataType_t type, hetcommStream_t s) {
+                   return hetcommAllReduce(d, d, n, type, op, comm_, s);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -359,29 +365,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::allreduce_coalesced(std::vec
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::broadcast(std::vector<at::Tensor>& tensors,
                                                               const c10d::BroadcastOptions& opts) {
-  const at::Tensor& t = single(tensors, "broadcast");
-  checkTensor(t, "broadcast");
-  const hetcommDataType_t type = dataType(t, "broadcast");
   const int root = static_cast<int>(opts.rootRank);
-  auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::BROADCAST, "broadcast", tensors);
-  at::Tensor buf = work->writable(t);
-  return launch(work, [&](hetcommStream_t s) {
-    return hetcommBroadcast(buf.data_ptr(), buf.data_ptr(), elements(buf), type, root, comm_, s);
-  });
+  return inPlace(tensors, c10d::OpType::BROADCAST, "broadcast",
+                 [&](void* d, size_t n, hetcommDataType_t type, hetcommStream_t s) {
+                   return hetcommBroadcast(d, d, n, type, root, comm_, s);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::reduce(std::vector<at::Tensor>& tensors,
                                                            const c10d::ReduceOptions& opts) {
-  const at::Tensor& t = single(tensors, "reduce");
-  checkTensor(t, "reduce");
-  const hetcommDataType_t type = dataType(t, "reduce");
-  const hetcommRedOp_t op = reduceOp(opts.reduceOp, t, "reduce");
+  const hetcommRedOp_t op = reduceOp(opts.reduceOp, single(tensors, "reduce"), "reduce");
   const int root = static_cast<int>(opts.rootRank);
-  auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::REDUCE, "reduce", tensors);
-  at::Tensor buf = work->writable(t);
-  return launch(work, [&](hetcommStream_t s) {
-    return hetcommReduce(buf.data_ptr(), buf.data_ptr(), elements(buf), type, op, root, comm_, s);
-  });
+  return inPlace(tensors, c10d::OpType::REDUCE, "reduce",
+                 [&](void* d, size_t n, hetcommDataType_t type, hetcommStream_t s) {
+                   return hetcommReduce(d, d, n, type, op, root, comm_, s);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::allgather(std::vector<std::vector<at::Tensor>>& outputs,

@@ -120,6 +120,11 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   // Queues one operation on a fresh stream (under mu_) and hands it to the watcher.
   c10::intrusive_ptr<c10d::Work> launch(c10::intrusive_ptr<HetcommWork> work, const Enqueue& enqueue);
   c10::intrusive_ptr<c10d::Work> queuePointToPoint(c10::intrusive_ptr<HetcommWork> work, P2p message);
+  // An operation in place on the caller's one tensor: checks it, and queues call(data, count, datatype, stream) on
+  // its contiguous buffer (the tensor itself, or a staged copy written back when done).
+  using InPlaceCall = std::function<hetcommResult_t(void*, size_t, hetcommDataType_t, hetcommStream_t)>;
+  c10::intrusive_ptr<c10d::Work> inPlace(std::vector<at::Tensor>& tensors, c10d::OpType type, const char* what,
+                                         const InPlaceCall& call);
   void flushLocked();
   c10::intrusive_ptr<c10d::Work> exchange(c10::intrusive_ptr<HetcommWork> work,
                                           const std::vector<at::Tensor>& sendBlocks,
