@@ -3,10 +3,12 @@
 #include <sys/epoll.h>
 #include <sys/syscall.h>
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +47,25 @@ static_assert(sizeof(AmHeader) == 32);
 std::string ucsError(ucs_status_t s) { return ucs_status_string(s); }
 
 // ---- the process-wide UCP context: slow to create (it loads every UCT component), shared by every worker ----
+// UCX's own warnings and errors ("Endpoint timeout", "Input/output error" when a peer dies) go to hetcomm's log at
+// INFO, as hetcomm's own message already says what failed and why: a dead peer costs the user one clear line, not
+// ten of UCX's. UCX_LOG_LEVEL set by the user keeps UCX's own printing.
+ucs_log_func_rc_t ucxLogToHetcomm(const char* file, unsigned line, const char* function, ucs_log_level_t level,
+                                  const ucs_log_component_config_t*, const char* message, va_list ap) {
+  if (level > UCS_LOG_LEVEL_WARN) return UCS_LOG_FUNC_RC_CONTINUE;  // UCX prints these only when asked to
+  char text[512];
+  std::vsnprintf(text, sizeof(text), message, ap);
+  HC_INFO(Net, "ucx %s (%s:%u %s): %s", level <= UCS_LOG_LEVEL_ERROR ? "error" : "warning", file, line, function, text);
+  return UCS_LOG_FUNC_RC_STOP;
+}
+
+void routeUcxLogs() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!std::getenv("UCX_LOG_LEVEL")) ucs_log_push_handler(ucxLogToHetcomm);
+  });
+}
+
 class SharedContext {
  public:
   static Result<std::shared_ptr<SharedContext>> get() {
@@ -60,6 +81,7 @@ class SharedContext {
     // its endpoints at once (its sockets close; same-host peers are watched through their pidfd) and a hung one
     // meets HETCOMM_TIMEOUT, as with the tcp transport. UCX_KEEPALIVE_INTERVAL set by the user wins.
     if (!std::getenv("UCX_KEEPALIVE_INTERVAL")) ucp_config_modify(cfg, "KEEPALIVE_INTERVAL", "inf");
+    routeUcxLogs();
     ucp_params_t params{};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
     params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
