@@ -53,20 +53,21 @@ class HandshakeDeadline {
   std::shared_ptr<State> state_;
 };
 
-// Counts one connection in its handshake for as long as it lives or until done().
+// Counts one connection in its handshake for as long as it lives or until done(). The count is shared: a
+// connection's coroutine may outlive the listener's state when its io_context goes last.
 class Unauthenticated {
  public:
-  explicit Unauthenticated(int& count) : count_(&count) { ++*count_; }
+  explicit Unauthenticated(std::shared_ptr<int> count) : count_(std::move(count)) { ++*count_; }
   ~Unauthenticated() { done(); }
   Unauthenticated(const Unauthenticated&) = delete;
   Unauthenticated& operator=(const Unauthenticated&) = delete;
   void done() {
     if (count_) --*count_;
-    count_ = nullptr;
+    count_.reset();
   }
 
  private:
-  int* count_;
+  std::shared_ptr<int> count_;
 };
 
 class RefusalLog {

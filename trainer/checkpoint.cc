@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -128,40 +129,49 @@ class TempFile {
   std::string path_;
 };
 
-std::string shortHostName() {
+// The host name as the kernel has it (not shortened: node1.a and node1.b are two hosts).
+std::string hostName() {
   char host[256] = {0};
   if (::gethostname(host, sizeof(host) - 1) != 0) return "localhost";
-  std::string h(host);
-  return h.substr(0, h.find('.'));
+  return host;
 }
 
 // The temp file of this process's write of path: PATH.tmp.HOST.PID (the host: on a shared file system another
 // host's PIDs mean nothing here).
 std::string tempPathFor(const std::string& path) {
-  return path + ".tmp." + shortHostName() + "." + std::to_string(::getpid());
+  return path + ".tmp." + hostName() + "." + std::to_string(::getpid());
 }
 
 // Removes the temp files of earlier writes of path whose writer is gone (killed before it could rename or unlink
-// them): PATH.tmp.HOST.PID of this host, and PATH.tmp.PID (the older name), whose PID no longer runs. A live
-// writer's, or another host's, is left alone.
+// them): PATH.tmp.HOST.PID of this host whose PID no longer runs, and PATH.tmp.PID (the older name) likewise once
+// an hour old. A live writer's, or another host's, is left alone.
 void removeStaleTemps(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const std::string prefix = (slash == std::string::npos ? path : path.substr(slash + 1)) + ".tmp.";
-  const std::string host = shortHostName();
+  const std::string host = hostName();
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (auto it = std::filesystem::directory_iterator(dir, ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
     std::string rest = name.substr(prefix.size());
     const size_t dot = rest.find_last_of('.');
-    if (dot != std::string::npos) {
+    bool oldName = dot == std::string::npos;
+    if (!oldName) {
       if (rest.substr(0, dot) != host) continue;
       rest = rest.substr(dot + 1);
     }
     if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos || rest.size() > 9) continue;
+    // The older name carries no host: on a shared file system it may be another host's live write, so only one
+    // untouched for an hour goes.
+    std::error_code tec;
+    if (oldName && std::filesystem::file_time_type::clock::now() - std::filesystem::last_write_time(it->path(), tec) <
+                       std::chrono::hours(1))
+      continue;
     const pid_t pid = static_cast<pid_t>(std::stol(rest));
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(entry.path(), ec);
+    std::error_code rec;
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) std::filesystem::remove(it->path(), rec);
   }
 }
 

@@ -88,8 +88,8 @@ struct StoreServer::Impl {
   std::map<std::string, std::vector<std::byte>> data;
   // Getters parked until their key is set: each waits on a timer that set() cancels.
   std::multimap<std::string, asio::steady_timer*> waiters;
-  int unauthenticated = 0;  // connections still in their handshake
-  uint64_t heldBytes = 0;   // stored values plus requests being read (Limits::maxHeldBytes)
+  std::shared_ptr<int> unauthenticated = std::make_shared<int>(0);  // connections still in their handshake
+  uint64_t heldBytes = 0;  // stored values plus requests being read (Limits::maxHeldBytes)
   RefusalLog refusals{"store"};
 
   void store(const std::string& key, std::vector<std::byte> value) {
@@ -127,7 +127,7 @@ struct StoreServer::Impl {
     auto redirect = asio::redirect_error(asio::use_awaitable, ec);
     auto remote = sock.remote_endpoint(ec);
     std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
-    if (unauthenticated >= limits.maxUnauthenticated) {
+    if (*unauthenticated >= limits.maxUnauthenticated) {
       refusals.refuse(from + ": " + std::to_string(limits.maxUnauthenticated) +
                       " connections already wait to authenticate");
       co_return;
@@ -350,6 +350,10 @@ Result<int> dialStore(const tcp::endpoint& ep, const std::string& where, const c
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   Hello hello;
   Status st = recvAll(fd, &hello, sizeof(hello), deadline, where, "waiting for the handshake");
+  // Closed before its hello: a store whose handshake slots strangers fill (StoreServer::Limits), or one shutting
+  // down. Worth another try, like a refused connect.
+  if (!st.ok() && st.code() == Code::kRemote)
+    st = systemError("%s closed the connection before its hello", where.c_str());
   if (st.ok() && hello.magic != kHelloMagic)
     st = remoteError("%s is not a hetcomm store (bad handshake)", where.c_str());
   Proof proof;
@@ -406,17 +410,23 @@ Result<std::unique_ptr<StoreClient>> StoreClient::connect(const std::string& add
   // refusal by the wrong store (another job's, reached at an address that means another host here) ends the
   // search only when no other address is left to try.
   for (int attempt = 0;; ++attempt) {
+    Status refused;  // an address that answered and refused (another job's store): final once nothing else answers
+    bool anyMayAnswer = false;
     for (const Candidate& c : candidates) {
       const Deadline attemptEnd = several ? Deadline::earlier(deadline, Deadline::afterSec(1.0)) : deadline;
-      Result<int> fd = dialStore(c.ep, c.where, secret, deadline, attemptEnd);
+      Result<int> fd = dialStore(c.ep, c.where, secret, several ? attemptEnd : deadline, attemptEnd);
       if (fd) {
         HC_TRACE(Boot, "store: connected to %s", c.where.c_str());
         return std::unique_ptr<StoreClient>(new StoreClient(*fd, c.where));
       }
       last = fd.error();
       const bool connectFailed = last.code() == Code::kSystem || last.code() == Code::kTimeout;
-      if (!connectFailed && !several) return last;
+      if (connectFailed)
+        anyMayAnswer = true;
+      else
+        refused = last;
     }
+    if (!anyMayAnswer && !refused.ok()) return refused;
     if (deadline.expired())
       return timeoutError(
           "cannot reach the rendezvous store at %s: %s (is rank 0 / the launcher running, and the "

@@ -24,7 +24,7 @@ class StoreServer {
   // shrink them.
   struct Limits {
     std::chrono::milliseconds handshake{10000};  // a connection that has not proven the secret by then is dropped
-    int maxUnauthenticated = 64;                 // connections in their handshake at once; more are closed at once
+    int maxUnauthenticated = 512;  // connections in their handshake at once; more are closed at once (clients retry)
     uint64_t maxHeldBytes = 1ull << 30;          // stored values plus requests being read, for all connections
   };
   // Listens on bindAddr:port (port 0: any free port; bindAddr "" or "0.0.0.0": every interface) and serves

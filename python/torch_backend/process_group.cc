@@ -182,10 +182,7 @@ ProcessGroupHetcomm::ProcessGroupHetcomm(const c10::intrusive_ptr<c10d::Store>& 
 }
 
 ProcessGroupHetcomm::~ProcessGroupHetcomm() {
-  try {
-    flushPointToPoint();
-  } catch (...) {  // its works fail in the watcher
-  }
+  flushPointToPoint();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -209,19 +206,25 @@ void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const {
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<HetcommWork> work,
                                                            const Enqueue& enqueue) {
-  std::vector<c10::intrusive_ptr<HetcommWork>> done;  // freed on this thread, after the lock
-  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<c10::intrusive_ptr<HetcommWork>> done, failed;  // handled on this thread, after the lock
+  std::unique_lock<std::mutex> lock(mu_);
   done.swap(done_);
-  flushLocked();
+  flushLocked(failed);
   hetcommStream_t stream = nullptr;
-  if (hetcommResult_t r = hetcommStreamCreate(&stream); r != hetcommSuccess) fail(work->what_, r);
-  if (hetcommResult_t r = enqueue(stream); r != hetcommSuccess && r != hetcommInProgress) {
-    hetcommStreamDestroy(stream);
+  hetcommResult_t r = hetcommStreamCreate(&stream);
+  if (r == hetcommSuccess) r = enqueue(stream);
+  if (r != hetcommSuccess && r != hetcommInProgress) {
+    // What the call queued before it failed may wait for peers: the stream is destroyed (which waits) unlocked.
+    lock.unlock();
+    failPointToPoint(failed);
+    if (stream) hetcommStreamDestroy(stream);
     fail(work->what_, r);
   }
   work->stream_ = stream;
   pending_.push_back(work);
   cv_.notify_one();
+  lock.unlock();
+  failPointToPoint(failed);
   return work;
 }
 
@@ -239,35 +242,51 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::queuePointToPoint(c10::intru
 }
 
 void ProcessGroupHetcomm::flushPointToPoint() {
-  std::lock_guard<std::mutex> lock(mu_);
-  flushLocked();
+  std::vector<c10::intrusive_ptr<HetcommWork>> failed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    flushLocked(failed);
+  }
+  failPointToPoint(failed);
 }
 
-void ProcessGroupHetcomm::flushLocked() {
+void ProcessGroupHetcomm::failPointToPoint(std::vector<c10::intrusive_ptr<HetcommWork>>& failed) {
+  if (failed.empty()) return;
+  const char* msg = hetcommGetLastError(comm_);
+  auto error = std::make_exception_ptr(std::runtime_error(c10::str(
+      "hetcomm: send/recv failed on rank ", rank_, ": ", (msg && *msg) ? msg : "a stream could not be created")));
+  for (auto& work : failed) work->complete(error);  // unlocked: completion runs the futures' callbacks
+  failed.clear();
+}
+
+// Queues the waiting sends and receives as one group on a stream of their own, for the watcher. A failure to
+// queue them (a bad peer, say) still goes to the watcher with the stream: what the group queued before it failed
+// is waited for there, not under mu_, and every work of the group completes with the stream's error. Only when
+// no stream could be made are the works returned in failed, for the caller to complete once unlocked.
+void ProcessGroupHetcomm::flushLocked(std::vector<c10::intrusive_ptr<HetcommWork>>& failed) {
   if (p2p_.empty()) return;
   std::vector<std::pair<c10::intrusive_ptr<HetcommWork>, P2p>> batch;
   batch.swap(p2p_);
-  for (auto& [work, m] : batch) work->pg_ = nullptr;  // from here the watcher completes it
+  for (auto& [work, m] : batch) work->pg_ = nullptr;  // from here the watcher (or the caller) completes it
   hetcommStream_t stream = nullptr;
-  hetcommResult_t r = hetcommStreamCreate(&stream);
-  if (r == hetcommSuccess) {
-    hetcommGroupStart();
-    for (auto& [work, m] : batch) {
-      r = m.send ? hetcommSend(m.data, m.count, m.type, m.peer, comm_, stream)
-                 : hetcommRecv(m.data, m.count, m.type, m.peer, comm_, stream);
-      if (r != hetcommSuccess && r != hetcommInProgress) break;
-    }
-    hetcommResult_t end = hetcommGroupEnd();
-    if (r == hetcommSuccess || r == hetcommInProgress) r = end;
-  }
-  if (r != hetcommSuccess && r != hetcommInProgress) {
-    const char* msg = hetcommGetLastError(comm_);
-    auto error = std::make_exception_ptr(
-        std::runtime_error(c10::str("hetcomm: send/recv failed on rank ", rank_, ": ",
-                                    (msg && *msg) ? msg : "no message", " (", hetcommGetErrorString(r), ")")));
-    if (stream) hetcommStreamDestroy(stream);
-    for (auto& [work, m] : batch) work->complete(error);
+  if (hetcommStreamCreate(&stream) != hetcommSuccess) {
+    for (auto& [work, m] : batch) failed.push_back(work);
     return;
+  }
+  hetcommGroupStart();
+  hetcommResult_t r = hetcommSuccess;
+  for (auto& [work, m] : batch) {
+    r = m.send ? hetcommSend(m.data, m.count, m.type, m.peer, comm_, stream)
+               : hetcommRecv(m.data, m.count, m.type, m.peer, comm_, stream);
+    if (r != hetcommSuccess && r != hetcommInProgress) break;
+  }
+  const hetcommResult_t end = hetcommGroupEnd();
+  if (r == hetcommSuccess || r == hetcommInProgress) r = end;
+  if (r != hetcommSuccess && r != hetcommInProgress) {  // reported by the watcher, after what was queued is done
+    const char* msg = hetcommGetLastError(comm_);
+    batch.front().first->queueError_ =
+        c10::str("hetcomm: send/recv failed on rank ", rank_, ": ", (msg && *msg) ? msg : "no message", " (",
+                 hetcommGetErrorString(r), ")");
   }
   // The group's works share its stream: the first one owns it, the others complete with it.
   batch.front().first->stream_ = stream;
@@ -293,6 +312,7 @@ void ProcessGroupHetcomm::watch() {
           std::runtime_error(c10::str("hetcomm: ", work->what_, " failed on rank ", rank_, ": ",
                                       (msg && *msg) ? msg : "no message", " (", hetcommGetErrorString(r), ")")));
     }
+    if (!error && !work->queueError_.empty()) error = std::make_exception_ptr(std::runtime_error(work->queueError_));
     hetcommStreamDestroy(work->stream_);
     work->stream_ = nullptr;
     auto followers = std::move(work->followers_);

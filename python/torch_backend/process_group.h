@@ -52,6 +52,7 @@ class HetcommWork : public c10d::Work {
   std::vector<at::Tensor> keep_;     // inputs and staging buffers, alive until the operation is done
   std::vector<std::pair<at::Tensor, at::Tensor>> copies_;  // (caller's tensor, staged result), in order
   hetcommStream_t stream_ = nullptr;
+  std::string queueError_;  // a send or receive of its group could not be queued: the watcher fails it with this
   std::vector<c10::intrusive_ptr<HetcommWork>> followers_;  // sends and receives of the same group
   std::atomic<ProcessGroupHetcomm*> pg_{nullptr};           // set while a send or receive waits in its group
   c10::intrusive_ptr<c10::ivalue::Future> future_;
@@ -125,7 +126,8 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
   using InPlaceCall = std::function<hetcommResult_t(void*, size_t, hetcommDataType_t, hetcommStream_t)>;
   c10::intrusive_ptr<c10d::Work> inPlace(std::vector<at::Tensor>& tensors, c10d::OpType type, const char* what,
                                          const InPlaceCall& call);
-  void flushLocked();
+  void flushLocked(std::vector<c10::intrusive_ptr<HetcommWork>>& failed);
+  void failPointToPoint(std::vector<c10::intrusive_ptr<HetcommWork>>& failed);
   c10::intrusive_ptr<c10d::Work> exchange(c10::intrusive_ptr<HetcommWork> work,
                                           const std::vector<at::Tensor>& sendBlocks,
                                           const std::vector<at::Tensor>& recvBlocks, hetcommDataType_t type);

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/buffer.hpp>
+#include <chrono>
 #include <cstring>
+#include <mutex>
 
 #include "common/deadline.h"
 #include "common/log.h"
@@ -314,7 +316,18 @@ void TcpConnection::sendAbort(std::string_view reason) noexcept {
     if (cost < bestLeft) best = s.get(), bestLeft = cost;
   }
   if (!best || bestLeft > kAbortFinishBytes) return;
-  const Deadline deadline = Deadline::afterMs(kAbortFinishMs);
+  // One budget for every connection an abort reaches: a communicator aborts all its connections in turn, on the
+  // engine thread, and peers that do not read would otherwise cost kAbortFinishMs each.
+  static std::mutex budgetMu;
+  static std::chrono::steady_clock::time_point budgetEnd{};
+  Deadline deadline = Deadline::never();
+  {
+    std::lock_guard<std::mutex> lock(budgetMu);
+    const auto now = std::chrono::steady_clock::now();
+    if (now > budgetEnd + std::chrono::seconds(1)) budgetEnd = now + std::chrono::milliseconds(kAbortFinishMs);
+    deadline = Deadline::afterMs(
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(budgetEnd - now).count()));
+  }
   std::vector<asio::const_buffer> rest;
   if (bestLeft > 0) {
     const TcpStream::Segment& seg = best->sendq.front();

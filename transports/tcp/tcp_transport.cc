@@ -105,7 +105,7 @@ struct ConnectState {
   Deadline deadline;  // connectAll's
   // Strangers on the listening port (common/listener_guard.h): each must finish its handshake in time, few may
   // wait at once, and their refusals are logged once per interval.
-  int unauthenticated = 0;
+  std::shared_ptr<int> unauthenticated = std::make_shared<int>(0);
   int maxUnauthenticated = kMaxStrangers;  // plus the sockets this rank's lower peers may dial
   RefusalLog refusals{"tcp"};
 
@@ -213,7 +213,7 @@ asio::awaitable<void> acceptOne(ConnectState& st, tcp::socket sock) {
   boost::system::error_code ec;
   auto remote = sock.remote_endpoint(ec);
   std::string from = ec ? "?" : remote.address().to_string() + ":" + std::to_string(remote.port());
-  if (st.unauthenticated >= st.maxUnauthenticated) {
+  if (*st.unauthenticated >= st.maxUnauthenticated) {
     st.refusals.refuse(format("a connection from %s to rank %d: %d connections already wait to authenticate",
                               from.c_str(), cfg.rank, st.maxUnauthenticated));
     co_return;

@@ -421,16 +421,20 @@ TEST(Checkpoint, TempFilesOfKilledWritersAreRemoved) {
   ::waitpid(dead, nullptr, 0);  // gone: its PID no longer runs (and is not reused this soon)
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
-  std::string me(host);
-  me = me.substr(0, me.find('.'));
+  const std::string me(host);
   const std::string live = std::to_string(::getppid());
   for (const std::string& name :
        {"ckpt.safetensors.tmp." + me + "." + std::to_string(dead), "ckpt.safetensors.tmp." + std::to_string(dead),
         "ckpt.safetensors.tmp." + me + "." + live, "ckpt.safetensors.tmp.otherhost." + std::to_string(dead),
         "other.safetensors.tmp." + std::to_string(dead)})
     std::ofstream(dir.file(name)) << "partial";
+  // The older name (no host) goes only once an hour old: another host may be writing it.
+  const std::string oldRecent = "ckpt.safetensors.tmp." + std::to_string(dead);
+  fs::last_write_time(dir.file(oldRecent), fs::file_time_type::clock::now() - std::chrono::hours(2));
+  const std::string oldFresh = "ckpt.safetensors.tmp.0" + std::to_string(dead);  // same PID, written just now
+  std::ofstream(dir.file(oldFresh)) << "partial";
   writeSample(dir);
-  std::vector<std::string> kept = {"ckpt.safetensors", "ckpt.safetensors.tmp." + me + "." + live,
+  std::vector<std::string> kept = {"ckpt.safetensors", "ckpt.safetensors.tmp." + me + "." + live, oldFresh,
                                    "ckpt.safetensors.tmp.otherhost." + std::to_string(dead),
                                    "other.safetensors.tmp." + std::to_string(dead)};
   std::sort(kept.begin(), kept.end());
