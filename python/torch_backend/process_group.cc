@@ -198,11 +198,15 @@ ProcessGroupHetcomm::~ProcessGroupHetcomm() {
 std::function<void(const std::function<void()>&)> ProcessGroupHetcomm::blockingRegion =
     [](const std::function<void()>& f) { f(); };
 
-void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const {
+// "hetcomm: allreduce failed on rank 1: <hetcomm's message> (<result>)": what every error of this backend says.
+// The message is the calling thread's last failure (hetcommGetLastError).
+std::string ProcessGroupHetcomm::errorText(const char* what, hetcommResult_t r) const {
   const char* msg = hetcommGetLastError(comm_);
-  TORCH_CHECK(false, "hetcomm: ", what, " failed on rank ", rank_, ": ", (msg && *msg) ? msg : "no message", " (",
-              hetcommGetErrorString(r), ")");
+  return c10::str("hetcomm: ", what, " failed on rank ", rank_, ": ", (msg && *msg) ? msg : "no message", " (",
+                  hetcommGetErrorString(r), ")");
 }
+
+void ProcessGroupHetcomm::fail(const char* what, hetcommResult_t r) const { TORCH_CHECK(false, errorText(what, r)); }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::launch(c10::intrusive_ptr<HetcommWork> work,
                                                            const Enqueue& enqueue) {
@@ -252,9 +256,8 @@ void ProcessGroupHetcomm::flushPointToPoint() {
 
 void ProcessGroupHetcomm::failPointToPoint(std::vector<c10::intrusive_ptr<HetcommWork>>& failed) {
   if (failed.empty()) return;
-  const char* msg = hetcommGetLastError(comm_);
-  auto error = std::make_exception_ptr(std::runtime_error(c10::str(
-      "hetcomm: send/recv failed on rank ", rank_, ": ", (msg && *msg) ? msg : "a stream could not be created")));
+  auto error =
+      std::make_exception_ptr(std::runtime_error(errorText("send/recv (creating its stream)", hetcommSystemError)));
   for (auto& work : failed) work->complete(error);  // unlocked: completion runs the futures' callbacks
   failed.clear();
 }
@@ -283,10 +286,7 @@ void ProcessGroupHetcomm::flushLocked(std::vector<c10::intrusive_ptr<HetcommWork
   const hetcommResult_t end = hetcommGroupEnd();
   if (r == hetcommSuccess || r == hetcommInProgress) r = end;
   if (r != hetcommSuccess && r != hetcommInProgress) {  // reported by the watcher, after what was queued is done
-    const char* msg = hetcommGetLastError(comm_);
-    batch.front().first->queueError_ =
-        c10::str("hetcomm: send/recv failed on rank ", rank_, ": ", (msg && *msg) ? msg : "no message", " (",
-                 hetcommGetErrorString(r), ")");
+    batch.front().first->queueError_ = errorText("send/recv", r);
   }
   // The group's works share its stream: the first one owns it, the others complete with it.
   batch.front().first->stream_ = stream;
@@ -307,10 +307,7 @@ void ProcessGroupHetcomm::watch() {
     }
     std::exception_ptr error;
     if (hetcommResult_t r = hetcommStreamSynchronize(work->stream_); r != hetcommSuccess) {
-      const char* msg = hetcommGetLastError(nullptr);  // this thread's last failure: the synchronize
-      error = std::make_exception_ptr(
-          std::runtime_error(c10::str("hetcomm: ", work->what_, " failed on rank ", rank_, ": ",
-                                      (msg && *msg) ? msg : "no message", " (", hetcommGetErrorString(r), ")")));
+      error = std::make_exception_ptr(std::runtime_error(errorText(work->what_, r)));  // the synchronize's
     }
     if (!error && !work->queueError_.empty()) error = std::make_exception_ptr(std::runtime_error(work->queueError_));
     hetcommStreamDestroy(work->stream_);
@@ -612,7 +609,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupHetcomm::recv(std::vector<at::Tensor>
   const hetcommDataType_t type = dataType(t, "recv");
   auto work = c10::make_intrusive<HetcommWork>(rank_, c10d::OpType::RECV, "recv", tensors);
   at::Tensor dst = work->writable(t);
-  work->keep_.push_back(dst);
   return queuePointToPoint(work, {false, dst.data_ptr(), elements(dst), type, srcRank});
 }
 

@@ -132,6 +132,7 @@ class ProcessGroupHetcomm : public c10d::ProcessGroup {
                                           const std::vector<at::Tensor>& sendBlocks,
                                           const std::vector<at::Tensor>& recvBlocks, hetcommDataType_t type);
   void watch();
+  std::string errorText(const char* what, hetcommResult_t r) const;
   [[noreturn]] void fail(const char* what, hetcommResult_t r) const;
 
   hetcommComm_t comm_ = nullptr;
