@@ -73,10 +73,11 @@ std::string_view asText(const std::vector<std::byte>& b) { return {reinterpret_c
 
 std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
-  std::string ports = join(p.offer.verbsPorts, ",");
+  // Named, not temporaries: a temporary in a range-for's initializer is gone before the loop body runs (C++20).
+  const std::string ports = join(p.offer.verbsPorts, ","), pid = std::to_string(p.pid);
   for (std::string_view field :
        {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
-        std::string_view(std::to_string(p.pid)), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
+        std::string_view(pid), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
         std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy)})
     putString(out, field);
   for (const auto& b : p.blobs) putString(out, asText(b));

@@ -34,9 +34,10 @@
 #include "common/log.h"
 #include "common/param.h"
 
-// Multi-versioning and the F16C path are x86-64 only; elsewhere the same loops compile once, for the
-// build's target, and the compiler's own vectoriser for that target applies.
-#if defined(__x86_64__)
+// Multi-versioning and the F16C path are x86-64 with gcc only; elsewhere the same loops compile once, for the
+// build's target, and the compiler's own vectoriser for that target applies. (clang 14, which builds the sanitizer
+// and fuzz trees, has no target_clones on templates and no x86-64-v* names in __builtin_cpu_supports.)
+#if defined(__x86_64__) && !defined(__clang__)
 #define HC_KERNEL_X86 1
 #include <immintrin.h>
 #else
@@ -335,8 +336,10 @@ __attribute__((target("avx2,f16c"))) void reduceHalfF16c(void* dst, const void* 
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t, RedOp);
 
+#if HC_KERNEL_X86
 // HETCOMM_KERNEL_F16C=0 turns the F16C path off, to compare with it or to test the portable path.
 HC_PARAM_INT(kernelF16c, "KERNEL_F16C", 1);
+#endif
 
 // Chosen once, on first use (a function-local static, so it is safe however early a caller arrives).
 ReduceFn halfReducer() {

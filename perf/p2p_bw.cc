@@ -34,7 +34,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const auto [comm, rank, n] = hetcomm::perf::initPairTool("p2p_bw");
+  // Plain names, not structured bindings: lambdas below capture them, which clang 14 does not allow of bindings.
+  const hetcomm::perf::PairTool tool = hetcomm::perf::initPairTool("p2p_bw");
+  hetcommComm_t comm = tool.comm;
+  const int rank = tool.rank;
   std::vector<std::vector<char>> bufs(window, std::vector<char>(hi, static_cast<char>(rank + 1)));
   char ack = 0;
   if (rank == 0)

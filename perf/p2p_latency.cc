@@ -47,7 +47,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const auto [comm, rank, n] = hetcomm::perf::initPairTool("p2p_latency");
+  // Plain names, not structured bindings: lambdas below capture them, which clang 14 does not allow of bindings.
+  const hetcomm::perf::PairTool tool = hetcomm::perf::initPairTool("p2p_latency");
+  hetcommComm_t comm = tool.comm;
+  const int rank = tool.rank;
   std::vector<char> buf(hi, static_cast<char>(rank + 1));
   std::vector<double> samples(iters);
   if (rank == 0)

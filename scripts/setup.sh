@@ -14,6 +14,7 @@ PACKAGES=(
   iproute2 procps time
   python3-torch libtorch-dev pybind11-dev python3-matplotlib
   openmpi-bin openssl slurmctld slurmd slurm-client munge
+  clang libclang-rt-14-dev
   fortunes
 )
 

@@ -23,6 +23,8 @@ Result<nlohmann::json> parseJsonText(const std::string& text, const std::string&
     // e.byte is 1-based: the position of the character that broke the parse.
     return Error{
         .source = source, .offset = e.byte > 0 ? e.byte - 1 : 0, .detail = std::string("not valid JSON: ") + e.what()};
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large for a double (found by fuzz_plan_file)
+    return Error{.source = source, .detail = std::string("not valid JSON: ") + e.what()};
   }
 }
 

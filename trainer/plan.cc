@@ -56,7 +56,8 @@ class Reader {
   // Unknown keys are checked before the values (config.cc's rule): a typo ("tensor_paralel") must not silently
   // plan TP 1, and it explains a later surprise better than a range error does.
   bool onlyKnownKeys(const json& object, const std::string& prefix, std::initializer_list<const char*> known) {
-    for (const auto& [key, value] : object.items()) {
+    for (const auto& item : object.items()) {
+      const std::string& key = item.key();  // a name, not a binding: the lambda below captures it (clang 14)
       if (std::any_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) continue;
       std::string list;
       for (const char* k : known) list += (list.empty() ? "" : ", ") + std::string(k);

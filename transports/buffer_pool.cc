@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <new>
 
 namespace hetcomm::transport {
 
@@ -22,7 +23,10 @@ BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
 }
 
 void BufferPool::Lease::release() {
-  if (pool_ && mem_) pool_->give(std::move(mem_), capacity_);
+  if (pool_ && mem_) {
+    pool_->leased_ -= capacity_;
+    pool_->give(std::move(mem_), capacity_);
+  }
   mem_.reset();
   pool_ = nullptr;
   capacity_ = 0;
@@ -32,16 +36,20 @@ BufferPool::Lease BufferPool::take(size_t bytes) {
   Lease lease;
   lease.pool_ = this;
   // Sizes round up to a power of two, so buffers of one size class serve each other's messages.
+  if (bytes > (size_t{1} << 62)) return lease;  // no such memory, and bit_ceil would overflow
   const size_t capacity = std::bit_ceil(std::max(bytes, kMinCapacity));
   if (auto it = free_.lower_bound(capacity); it != free_.end() && it->first <= 2 * capacity) {
     lease.mem_ = std::move(it->second);
     lease.capacity_ = it->first;
     kept_ -= it->first;
     free_.erase(it);
+    leased_ += lease.capacity_;
     return lease;
   }
-  lease.mem_.reset(new std::byte[capacity]);
+  lease.mem_.reset(new (std::nothrow) std::byte[capacity]);
+  if (!lease.mem_) return lease;
   lease.capacity_ = capacity;
+  leased_ += capacity;
   return lease;
 }
 

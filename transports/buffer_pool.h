@@ -19,7 +19,7 @@ class BufferPool {
   BufferPool& operator=(const BufferPool&) = delete;
 
   // A buffer of at least `bytes` (uninitialised), back to the pool when the lease ends. The pool must outlive its
-  // leases.
+  // leases. A lease whose get() is null: the memory could not be had (the caller says what it was for).
   class Lease {
    public:
     Lease() = default;
@@ -39,12 +39,14 @@ class BufferPool {
   Lease take(size_t bytes);
 
   size_t keptBytes() const { return kept_; }
+  size_t leasedBytes() const { return leased_; }  // capacity of the leases now out
   static constexpr size_t kDefaultKeptBytes = 64 << 20;
 
  private:
   void give(std::unique_ptr<std::byte[]> mem, size_t capacity);
   std::multimap<size_t, std::unique_ptr<std::byte[]>> free_;  // by capacity
   size_t kept_ = 0, maxKept_;
+  size_t leased_ = 0;
 };
 
 }  // namespace hetcomm::transport

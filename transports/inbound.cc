@@ -2,7 +2,13 @@
 
 #include <cstring>
 
+#include "common/param.h"
+
 namespace hetcomm::transport {
+
+// Bytes of messages that may wait for their receives, per connection. Schedules post receives first, so early
+// messages are small and few; the bound is what keeps a garbled or hostile header from asking for terabytes.
+HC_PARAM_INT(earlyMaxBytes, "EARLY_MAX_BYTES", int64_t{16} << 30)
 
 Result<InboundMessages::Posted> InboundMessages::post(Request& req, std::span<std::byte> buf, uint64_t tag,
                                                       const Status& closed, Message** msg) {
@@ -46,23 +52,43 @@ Result<InboundMessages::Posted> InboundMessages::post(Request& req, std::span<st
   return Posted::kDone;
 }
 
-InboundMessages::Message* InboundMessages::frame(uint64_t tag, uint64_t total, uint64_t offset, uint64_t len) {
-  Message& m = messages_[tag];
-  if (!m.haveHeader) {
+Result<InboundMessages::Message*> InboundMessages::frame(uint64_t tag, uint64_t total, uint64_t offset, uint64_t len) {
+  auto malformed = [&] {
+    return remoteError("rank %d sent a malformed %s frame (tag %#llx, offset %llu, len %llu, total %llu)", peer_,
+                       transport_, (unsigned long long)tag, (unsigned long long)offset, (unsigned long long)len,
+                       (unsigned long long)total);
+  };
+  auto it = messages_.find(tag);
+  if (it == messages_.end() || !it->second.haveHeader) {
+    if (offset > total || len > total - offset) return malformed();
+    Message& m = messages_[tag];
     m.haveHeader = true;
     m.total = total;
     if (m.req && m.user.size() == total) {
       m.intoUser = true;
-    } else {
-      if (m.req) {
-        m.req->fail(sizeMismatch(peer_, total, tag, me_, m.user.size()));
-        m.req = nullptr;
-        m.discard = true;
-      }
-      m.buf = early_.take(total);
+      return &m;
     }
+    if (m.req) {
+      m.req->fail(sizeMismatch(peer_, total, tag, me_, m.user.size()));
+      m.req = nullptr;
+      m.discard = true;
+    }
+    const uint64_t limit = static_cast<uint64_t>(earlyMaxBytes());
+    if (total > limit || early_.leasedBytes() > limit - total)
+      return remoteError(
+          "rank %d sent a %llu-byte %s message (tag %#llx) before its receive was posted, and messages waiting "
+          "for their receives already hold %llu bytes: at most HETCOMM_EARLY_MAX_BYTES=%llu may wait (raise it, "
+          "or post receives before the sends)",
+          peer_, (unsigned long long)total, transport_, (unsigned long long)tag,
+          (unsigned long long)early_.leasedBytes(), (unsigned long long)limit);
+    m.buf = early_.take(total);
+    if (!m.buf.get())
+      return systemError("cannot allocate %llu bytes for a %s message from rank %d that came before its receive",
+                         (unsigned long long)total, transport_, peer_);
+    return &m;
   }
-  if (total != m.total || offset > m.total || len > m.total - offset) return nullptr;
+  Message& m = it->second;
+  if (total != m.total || offset > m.total || len > m.total - offset) return malformed();
   return &m;
 }
 

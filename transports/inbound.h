@@ -55,9 +55,11 @@ class InboundMessages {
                       Message** msg = nullptr);
 
   // The first or a later frame of a message of `total` bytes, carrying [offset, offset + len): the message it
-  // belongs to (its payload goes to base() + offset), or nullptr when the frame contradicts the message (another
-  // total, or out of range: the peer sent garbage).
-  Message* frame(uint64_t tag, uint64_t total, uint64_t offset, uint64_t len);
+  // belongs to (its payload goes to base() + offset). A remote error (the connection is done for) when the frame
+  // contradicts the message (another total, or out of range: the peer sent garbage), or when a message nobody
+  // posted a receive for would take the early messages past HETCOMM_EARLY_MAX_BYTES: a peer's header must not make
+  // this process allocate what the peer never sends.
+  Result<Message*> frame(uint64_t tag, uint64_t total, uint64_t offset, uint64_t len);
   // A rendezvous announcement: the message's data waits at the sender's `remote`. Returns its entry; a receive
   // that waits for it with another size has failed and the entry is gone (nullptr: let the sender go).
   Message* announce(uint64_t tag, uint64_t total, uint64_t remote);

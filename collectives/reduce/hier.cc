@@ -96,10 +96,13 @@ class HierReduce final : public HierAlgorithm {
     tag += static_cast<uint32_t>(m * P);
     // Which part of which share this rank carries across the islands (every rank carries one; see step 3).
     const int k = h->size[0];
-    const auto [carrySh, part, crossPos] = carriedPartOf(paths, g.rank);
+    // Plain names, not structured bindings: lambdas below capture them, which clang 14 does not allow of bindings.
+    const CarriedPart carried = carriedPartOf(paths, g.rank);
+    const int carrySh = carried.share, part = carried.part, crossPos = carried.pos;
 
     // 2. The leads of each island reduce-scatter: host place hp ends with the island's sum of share hp.
-    const auto [island, hp] = findIn(paths.islandRings, g.rank);
+    const auto [island, islandPos] = findIn(paths.islandRings, g.rank);
+    const int hp = islandPos;
     if (lead && m > 1) {
       Ring ring(g, paths.islandRings[island], hp, P, shares.ch.per, a.dtype);
       auto at = [&](int b, size_t p) { return partial(b, p); };

@@ -21,62 +21,17 @@
 #include <thread>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
+#include "comm/bootstrap/store_wire.h"
 #include "common/listener_guard.h"
 #include "common/log.h"
 #include "common/strings.h"
 
 namespace hetcomm::comm {
 
+using namespace store_wire;
+
 namespace asio = boost::asio;
 using asio::ip::tcp;
-
-namespace {
-
-// Protocol. Handshake: server Hello{nonce}; client Proof{mac(nonce), clientNonce}; server Welcome{mac(clientNonce)}.
-// Then requests [op u8][keylen u32][vallen u64][key][value] and replies [status u8][len u64][data].
-constexpr uint32_t kHelloMagic = 0x48534348;    // "HCSH"
-constexpr uint32_t kProofMagic = 0x50534348;    // "HCSP"
-constexpr uint32_t kWelcomeMagic = 0x57534348;  // "HCSW"
-constexpr uint32_t kMaxKey = 4096;
-// The largest value: a rank's record (its transports' addresses, its topology) is a few KiB; a cluster's link matrix
-// a few MiB at thousands of ranks.
-constexpr uint64_t kMaxValue = 16ull << 20;
-// StoreServer::Limits: bytes held for every connection together (a peer that knows the secret still cannot make
-// the store's process grow past them); a handshake deadline and a cap on connections in their handshake (port
-// scanners and half-open connections cannot hold the store's file descriptors): common/listener_guard.h.
-
-struct Hello {
-  uint32_t magic = kHelloMagic;
-  uint32_t version = 1;
-  crypto::Nonce nonce{};
-};
-struct Proof {
-  uint32_t magic = kProofMagic;
-  uint32_t version = 1;
-  crypto::Mac mac{};
-  crypto::Nonce nonce{};
-};
-struct Welcome {
-  uint32_t magic = kWelcomeMagic;
-  uint32_t version = 1;
-  crypto::Mac mac{};
-};
-struct ReqHeader {
-  uint8_t op;
-  uint8_t pad[3];
-  uint32_t keyLen;
-  uint64_t valueLen;
-};
-struct ReplyHeader {
-  uint8_t status;  // kReplyOk, kReplyBad, kReplyExists
-  uint8_t pad[7];
-  uint64_t len;
-};
-// kCreate: set, unless the key exists (then kReplyExists, and the value stays).
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCreate = 4 };
-enum Reply : uint8_t { kReplyOk = 0, kReplyBad = 1, kReplyExists = 2 };
-
-}  // namespace
 
 // ---- server ----
 
@@ -115,6 +70,30 @@ struct StoreServer::Impl {
     }
     heldBytes -= len;
     co_return !ec;
+  }
+
+  // A get of a key nobody set yet waits until set() wakes it. It also watches its socket: a client that gave up
+  // (its deadline passed, it exited) closes the connection, and the parked get must then go and free what it holds,
+  // or every abandoned get would keep its coroutine and key until the job ends. Returns false when the get should
+  // end: the store shuts down, or the client closed or sent ahead of its reply (clients wait for each reply).
+  asio::awaitable<bool> park(tcp::socket& sock, const std::string& key) {
+    struct Parked {
+      explicit Parked(asio::io_context& io) : timer(io, asio::steady_timer::time_point::max()) {}
+      asio::steady_timer timer;
+      bool readable = false;
+    };
+    auto parked = std::make_shared<Parked>(io);  // the socket's handler may run after this coroutine ended
+    auto it = waiters.emplace(key, &parked->timer);
+    sock.async_wait(tcp::socket::wait_read, [parked](const boost::system::error_code& ec) {
+      parked->readable = !ec;
+      parked->timer.cancel();
+    });
+    boost::system::error_code ec;
+    co_await parked->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    waiters.erase(it);
+    sock.cancel(ec);
+    if (!acceptor.is_open() || parked->readable) co_return false;
+    co_return true;
   }
 
   void wake(const std::string& key) {
@@ -196,7 +175,8 @@ struct StoreServer::Impl {
         if (value.size() == 8) std::memcpy(&delta, value.data(), 8);
         auto it = data.find(key);
         if (it != data.end() && it->second.size() == 8) std::memcpy(&cur, it->second.data(), 8);
-        cur += delta;
+        // Wraps like the unsigned counter it is (a signed overflow is undefined; found by fuzz_store).
+        cur = static_cast<int64_t>(static_cast<uint64_t>(cur) + static_cast<uint64_t>(delta));
         std::vector<std::byte> stored(8);
         std::memcpy(stored.data(), &cur, 8);
         store(key, stored);
@@ -204,12 +184,7 @@ struct StoreServer::Impl {
         wake(key);
       } else {  // kGet: wait for the key; the client bounds the wait by closing the connection
         while (!data.count(key)) {
-          asio::steady_timer timer(io, asio::steady_timer::time_point::max());
-          auto it = waiters.emplace(key, &timer);
-          boost::system::error_code tec;
-          co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, tec));
-          waiters.erase(it);
-          if (!acceptor.is_open()) co_return;  // shutting down
+          if (!co_await park(sock, key)) co_return;  // shutting down, or the client left
         }
         out = data[key];
       }

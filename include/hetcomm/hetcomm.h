@@ -45,7 +45,16 @@ typedef struct {
   char internal[HETCOMM_UNIQUE_ID_BYTES];
 } hetcommUniqueId;
 
-typedef enum {
+/* The enums below are ints in C. In C++ they get int as their stated underlying type, so every int a caller passes
+ * is a value of the type (out of an unstated range it would be undefined behaviour) and the library's checks
+ * reject what is not a known code. */
+#ifdef __cplusplus
+#define HETCOMM_ENUM_INT : int
+#else
+#define HETCOMM_ENUM_INT
+#endif
+
+typedef enum HETCOMM_ENUM_INT {
   hetcommSuccess = 0,
   hetcommUnhandledError = 1,  /* an error from an external library we could not classify */
   hetcommSystemError = 2,     /* a system call failed (socket, memory, ...) */
@@ -58,7 +67,7 @@ typedef enum {
   hetcommNumResults = 9
 } hetcommResult_t;
 
-typedef enum {
+typedef enum HETCOMM_ENUM_INT {
   hetcommInt8 = 0,
   hetcommChar = 0,
   hetcommUint8 = 1,
@@ -77,7 +86,7 @@ typedef enum {
   hetcommNumTypes = 10
 } hetcommDataType_t;
 
-typedef enum {
+typedef enum HETCOMM_ENUM_INT {
   hetcommSum = 0,
   hetcommProd = 1,
   hetcommMax = 2,
@@ -149,7 +158,7 @@ HETCOMM_API hetcommResult_t hetcommCommUserRank(const hetcommComm_t comm, int* r
 /* hetcomm extension: the algorithm comm runs for a collective of count elements (as the count argument of that
  * call) and the time its cost model predicts, in microseconds. name gets the algorithm's HETCOMM_ALGO name,
  * NUL-terminated and truncated to nameLen; either output may be NULL. */
-typedef enum {
+typedef enum HETCOMM_ENUM_INT {
   hetcommCollAllReduce = 0,
   hetcommCollBroadcast = 1,
   hetcommCollReduce = 2,

@@ -412,13 +412,13 @@ void ShmConnection::pull(uint64_t tag, Inbound& in) {
 }
 
 void ShmConnection::handleData(const FrameHeader& h, uint64_t payloadPos) {
-  Inbound* in = inbound_.frame(h.tag, h.total, h.offset, h.len);
+  Result<Inbound*> in = inbound_.frame(h.tag, h.total, h.offset, h.len);
   if (!in) {
-    fail(remoteError("rank %d wrote a malformed shm frame (tag %#llx)", peer_, (unsigned long long)h.tag));
+    fail(in.error());
     return;
   }
-  if (h.len) copyOutOfRing(in->base() + h.offset, payloadPos, h.len);
-  inbound_.landed(h.tag, *in, h.len);
+  if (h.len) copyOutOfRing((*in)->base() + h.offset, payloadPos, h.len);
+  inbound_.landed(h.tag, **in, h.len);
 }
 
 bool ShmConnection::readIn() {
@@ -791,6 +791,37 @@ bool ShmTransport::armForSleep() {
   for (ShmConnection* c : impl_->conns)
     if (c->armAndRecheck()) ready = false;
   return ready;
+}
+
+Status readPeerFramesForTesting(std::span<const std::byte> ring, std::span<const size_t> receives) {
+  if (ring.size() > kRingBytes)
+    return invalidArgument("shm: %zu bytes do not fit a ring (%zu)", ring.size(), kRingBytes);
+  void* mem = mmap(nullptr, sizeof(Segment), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return errnoStatus(errno, "shm: mmap of a test segment");
+  auto* seg = new (mem) Segment;  // fresh anonymous memory is zero: touch only the pages the input uses
+  seg->magic = kSegMagic;
+  Ring& in = seg->ring[1];  // side 0 reads ring[1]
+  std::memcpy(in.data, ring.data(), ring.size());
+  in.head.store(ring.size());
+  ShmTransport::Impl impl;  // no epoll set, no wake-up socket: a lone connection
+  sockaddr_un nowhere{};
+  // The peer is this process: a cross-memory attach frame reads this process's memory, which the kernel checks.
+  auto conn = std::make_unique<ShmConnection>(&impl, 0, 1, 0, seg, sizeof(Segment), ::getpid(), false, true, nowhere,
+                                              socklen_t{0}, -1);
+  std::vector<std::vector<std::byte>> bufs;
+  std::deque<Request> reqs;
+  for (size_t i = 0; i < receives.size(); ++i) {
+    bufs.emplace_back(receives[i]);
+    HC_TRY(conn->irecv(reqs.emplace_back(), bufs.back(), i));
+  }
+  while (conn->progress()) {
+  }
+  // A receive for a tag nobody sent fails at once on a broken connection, with its reason.
+  Request probe;
+  HC_TRY(conn->irecv(probe, {}, ~uint64_t{0}));
+  Status why = probe.failed() ? probe.error : okStatus();
+  conn.reset();  // fails what is pending; unmaps the segment
+  return why;
 }
 
 }  // namespace hetcomm::transport::shm

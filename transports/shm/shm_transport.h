@@ -21,6 +21,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,5 +51,11 @@ class ShmTransport final : public Transport {
   Properties props_;
   int epollFd_;
 };
+
+// For the fuzz target (tests/fuzz/fuzz_shm_frames.cc) and the ring's tests: a connection reads `ring` as if its
+// peer had written it (from position 0, the head at its end; at most one ring's length), with receives posted
+// first for tags 0, 1, ... of the sizes in `receives`. Returns how the connection ended: ok while it is usable,
+// else the error a rank would see. It runs the connection's own code on a segment of this process, and no peer.
+Status readPeerFramesForTesting(std::span<const std::byte> ring, std::span<const size_t> receives);
 
 }  // namespace hetcomm::transport::shm

@@ -41,7 +41,12 @@ constexpr size_t kMaxIov = 32;
 }  // namespace
 
 TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
-    : owner(o), sock(std::move(s)), index(i), fd_(sock.native_handle()), staging(kStagingBytes) {}
+    : owner(o),
+      sock(std::move(s)),
+      index(i),
+      fd_(sock.native_handle()),
+      staging(std::make_unique_for_overwrite<std::byte[]>(kStagingBytes)),
+      stagingBytes(kStagingBytes) {}
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
                              std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths,
@@ -355,11 +360,12 @@ Status TcpConnection::irecv(Request& req, std::span<std::byte> buf, uint64_t tag
 }
 
 TcpConnection::Inbound* TcpConnection::beginSegment(const FrameHeader& h) {
-  Inbound* in = inbound_.frame(h.tag, h.total, h.offset, h.len);
-  if (!in)
-    fail(remoteError("rank %d sent a malformed frame (tag %#llx, offset %llu, len %u, total %llu)", peer_,
-                     (unsigned long long)h.tag, (unsigned long long)h.offset, h.len, (unsigned long long)h.total));
-  return in;
+  Result<Inbound*> in = inbound_.frame(h.tag, h.total, h.offset, h.len);
+  if (!in) {
+    fail(in.error());
+    return nullptr;
+  }
+  return *in;
 }
 
 void TcpConnection::payloadArrived(const FrameHeader& h, size_t n) {
@@ -374,7 +380,7 @@ bool TcpConnection::parse(TcpStream& s) {
       size_t avail = s.end - s.begin;
       if (avail < sizeof(FrameHeader)) break;
       FrameHeader h;
-      std::memcpy(&h, s.staging.data() + s.begin, sizeof(h));
+      std::memcpy(&h, s.staging.get() + s.begin, sizeof(h));
       if (h.magic != FrameHeader::kMagic) {
         fail(remoteError("rank %d sent garbage on tcp (bad frame magic %#x)", peer_, h.magic));
         return false;
@@ -385,7 +391,7 @@ bool TcpConnection::parse(TcpStream& s) {
           return false;
         }
         if (avail < sizeof(h) + h.len) break;  // wait for the whole reason
-        abortReason_.assign(reinterpret_cast<const char*>(s.staging.data() + s.begin + sizeof(h)), h.len);
+        abortReason_.assign(reinterpret_cast<const char*>(s.staging.get() + s.begin + sizeof(h)), h.len);
         if (abortReason_.empty()) abortReason_ = "no reason given";
         s.begin += sizeof(h) + h.len;
         fail(peerGone());
@@ -404,7 +410,7 @@ bool TcpConnection::parse(TcpStream& s) {
     }
     Inbound& in = *inbound_.find(s.cur.tag);
     size_t n = std::min(s.end - s.begin, static_cast<size_t>(s.cur.len) - s.curDone);
-    std::memcpy(in.base() + s.cur.offset + s.curDone, s.staging.data() + s.begin, n);
+    std::memcpy(in.base() + s.cur.offset + s.curDone, s.staging.get() + s.begin, n);
     s.begin += n;
     s.curDone += n;
     if (s.curDone == s.cur.len) s.inPayload = false;
@@ -414,7 +420,7 @@ bool TcpConnection::parse(TcpStream& s) {
   if (s.begin == s.end) {
     s.begin = s.end = 0;
   } else if (s.begin > 0) {
-    std::memmove(s.staging.data(), s.staging.data() + s.begin, s.end - s.begin);
+    std::memmove(s.staging.get(), s.staging.get() + s.begin, s.end - s.begin);
     s.end -= s.begin;
     s.begin = 0;
   }
@@ -435,8 +441,8 @@ void TcpConnection::onReadable(TcpStream& s) {
       n = s.sock.read_some(asio::buffer(dst, asked), ec);
       direct = true;
     } else {
-      asked = s.staging.size() - s.end;
-      n = s.sock.read_some(asio::buffer(s.staging.data() + s.end, asked), ec);
+      asked = s.stagingBytes - s.end;
+      n = s.sock.read_some(asio::buffer(s.staging.get() + s.end, asked), ec);
     }
     if (ec == asio::error::would_block || ec == asio::error::try_again) return;
     if (ec == asio::error::interrupted) continue;

@@ -81,7 +81,9 @@ struct TcpStream {
   size_t queuedBytes = 0;
   bool wantWrite = false;  // EPOLLOUT registered
 
-  std::vector<std::byte> staging;  // received bytes not yet parsed: [begin, end)
+  // Received bytes not yet parsed: [begin, end) of stagingBytes. Not zeroed: only what was read is ever parsed.
+  std::unique_ptr<std::byte[]> staging;
+  size_t stagingBytes;
   size_t begin = 0, end = 0;
   bool inPayload = false;
   FrameHeader cur;

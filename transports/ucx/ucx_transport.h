@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,10 +40,16 @@ class UcxTransport final : public Transport {
   struct Impl;
 
  private:
+  friend void deliverForTesting(Transport&, std::span<const std::byte>, std::span<const std::byte>);
   explicit UcxTransport(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;  // shared with the connections, which may outlive this object
   Properties props_;
 };
+
+// For the fuzz target (tests/fuzz/fuzz_ucx_messages.cc): hands a UcxTransport an eager active message from a peer,
+// header and payload as UCX would pass them to the transport's handler (UCX keeping nothing), through that handler.
+// What it made of it shows in the connections' receives and failures.
+void deliverForTesting(Transport& transport, std::span<const std::byte> header, std::span<const std::byte> payload);
 
 // "tcp", "sm", "rc,sm": what UCX_TLS allows, for names and logs ("all" when unset).
 std::string allowedTransports();

@@ -318,7 +318,8 @@ void checkFloatExact(DataType t, RedOp op, std::mt19937_64& rng) {
 }
 
 TEST_P(ReduceExact, MatchesReference) {
-  auto [t, op] = GetParam();
+  const DataType t = std::get<0>(GetParam());
+  const RedOp op = std::get<1>(GetParam());  // a name, not a binding: the lambda below captures it (clang 14)
   std::mt19937_64 rng(static_cast<uint64_t>(t) * 131 + static_cast<uint64_t>(op));
   if (isFloat(t)) {
     checkFloatExact(t, op, rng);

@@ -1,7 +1,13 @@
-// BufferPool: early-arrival buffers are reused instead of freshly mapped for every message.
+// BufferPool: early-arrival buffers are reused instead of freshly mapped for every message. InboundMessages: the
+// bounds a peer's frame headers meet before anything is allocated or written.
 #include "transports/buffer_pool.h"
 
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "transports/inbound.h"
 
 namespace hetcomm::transport {
 namespace {
@@ -39,6 +45,46 @@ TEST(BufferPool, KeepsAtMostItsCapAndNeverTooBigABuffer) {
   BufferPool::Lease moved = std::move(small);
   EXPECT_EQ(small.get(), nullptr);
   EXPECT_NE(moved.get(), nullptr);
+}
+
+TEST(BufferPool, CountsWhatIsLeasedAndRefusesWhatNoMemoryHolds) {
+  BufferPool pool;
+  {
+    BufferPool::Lease a = pool.take(1 << 20), b = pool.take(100);
+    EXPECT_EQ(pool.leasedBytes(), (size_t{1} << 20) + (size_t{64} << 10));
+  }
+  EXPECT_EQ(pool.leasedBytes(), 0u);
+  BufferPool::Lease none = pool.take(size_t{1} << 63);  // a header's claim, not a size: null, no exception
+  EXPECT_EQ(none.get(), nullptr);
+  EXPECT_EQ(pool.leasedBytes(), 0u);
+}
+
+// InboundMessages: what a peer's frame headers can make a receiver do.
+TEST(InboundMessages, AFrameOutsideItsMessageIsARemoteError) {
+  InboundMessages in("tcp", 0, 1);
+  auto m = in.frame(7, 100, 90, 20);  // [90, 110) of 100 bytes
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().code(), Code::kRemote);
+  EXPECT_NE(std::string(m.error().message()).find("malformed tcp frame"), std::string::npos) << m.error().message();
+  ASSERT_TRUE(in.frame(8, 100, 0, 50));
+  EXPECT_FALSE(in.frame(8, 200, 50, 50)) << "a later frame that changes the message's total";
+}
+
+TEST(InboundMessages, AnEarlyMessagePastTheBudgetIsRefusedBeforeAnyAllocation) {
+  InboundMessages in("shm", 0, 3);
+  // 2^60 bytes announced by one header: refused by the budget (16 GiB by default), naming the variable.
+  auto huge = in.frame(1, uint64_t{1} << 60, 0, 0);
+  ASSERT_FALSE(huge);
+  EXPECT_EQ(huge.error().code(), Code::kRemote);
+  EXPECT_NE(std::string(huge.error().message()).find("HETCOMM_EARLY_MAX_BYTES"), std::string::npos)
+      << huge.error().message();
+  // A posted receive of the announced size takes the message straight into its buffer: no budget applies.
+  std::vector<std::byte> buf(4096);
+  Request r;
+  ASSERT_TRUE(in.post(r, buf, 2, okStatus()));
+  auto posted = in.frame(2, buf.size(), 0, buf.size());
+  ASSERT_TRUE(posted);
+  EXPECT_TRUE((*posted)->intoUser);
 }
 
 }  // namespace

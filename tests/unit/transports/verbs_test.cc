@@ -553,8 +553,8 @@ struct FakeRegistrar {
   std::vector<Reg> registered, deregistered;
   std::vector<Reg> attempts;  // every call, refused or not
   uintptr_t next = 1;
-  std::function<int(uintptr_t, size_t)> refuse;  // an errno value: fail this registration with it
-  std::function<void()> duringRegister;          // runs inside register (with the cache's lock held)
+  std::function<int(uintptr_t, size_t)> refuse;           // an errno value: fail this registration with it
+  std::function<void()> duringRegister;                   // runs inside register (with the cache's lock held)
   std::vector<std::pair<uintptr_t, uintptr_t>> readOnly;  // [start, end): local write there is EFAULT
   size_t pinLimit = SIZE_MAX;                             // live bytes at most: beyond, ENOMEM
 
@@ -670,9 +670,9 @@ TEST(MrCache, OverlappingRangesMergeIntoOne) {
 TEST(MrCache, UnionThatCannotBeRegisteredFallsBackToTheRequest) {
   FakeRegistrar f;
   MrCache c(f.reg(), f.dereg(), limits(16), false);
-  { ASSERT_TRUE(acquire(c, at(20), 2 * kPage)); }                     // pages 20-21
+  { ASSERT_TRUE(acquire(c, at(20), 2 * kPage)); }                                 // pages 20-21
   f.refuse = [](uintptr_t, size_t len) { return len > 2 * kPage ? EFAULT : 0; };  // the union, pages 20-22
-  auto b = acquire(c, at(21), 2 * kPage);                             // pages 21-22
+  auto b = acquire(c, at(21), 2 * kPage);                                         // pages 21-22
   ASSERT_TRUE(b) << b.error().toString();
   EXPECT_EQ(f.registered.back().start, reinterpret_cast<uintptr_t>(at(21)));
   EXPECT_EQ(f.registered.back().len, 2 * kPage);
@@ -1074,9 +1074,9 @@ struct Loopback {
     uint32_t nextKey = 1;
     std::vector<std::pair<uintptr_t, uintptr_t>> readOnly;  // [start, end): registering it writable is EFAULT
     int efaults = 0;
-    uint32_t maxMsg = 0;     // the port's max_msg_sz (0: unlimited)
-    uint32_t rdAtomic = 0;   // the read depth connect() gave the queue pair
-    int maxReads = 0;        // most RDMA READs outstanding at once
+    uint32_t maxMsg = 0;    // the port's max_msg_sz (0: unlimited)
+    uint32_t rdAtomic = 0;  // the read depth connect() gave the queue pair
+    int maxReads = 0;       // most RDMA READs outstanding at once
     std::unique_ptr<MrCache> cache;
     std::byte* bounce = nullptr;
     uint32_t connId = 0;
@@ -1093,8 +1093,8 @@ struct Loopback {
   int readDepthExceeded = 0;  // READs posted beyond the queue pair's read depth: the send queue would stall
   int tooLong = 0;            // READs longer than a port's max_msg_sz
   uint64_t maxReadLen = 0;
-  int dmaIntoReleased = 0;    // READ data landed (after the error state) in memory no longer registered: the buffer
-                              // was handed back to its owner while the hardware still wrote into it
+  int dmaIntoReleased = 0;  // READ data landed (after the error state) in memory no longer registered: the buffer
+                            // was handed back to its owner while the hardware still wrote into it
   // Reads are "slow": posted READs do not execute (other work requests behind them do) until this is cleared.
   bool freezeReads = false;
 
@@ -1364,9 +1364,8 @@ int LoopQp::postSend(ibv_send_wr& wr) {
   }
   sd.sendq.push_back({wr.wr_id, wr.opcode, *wr.sg_list, wr.wr.rdma.remote_addr, wr.wr.rdma.rkey});
   if (wr.opcode == IBV_WR_RDMA_READ) {
-    const int reads = static_cast<int>(std::count_if(sd.sendq.begin(), sd.sendq.end(), [](const auto& p) {
-      return p.opcode == IBV_WR_RDMA_READ;
-    }));
+    const int reads = static_cast<int>(
+        std::count_if(sd.sendq.begin(), sd.sendq.end(), [](const auto& p) { return p.opcode == IBV_WR_RDMA_READ; }));
     sd.maxReads = std::max(sd.maxReads, reads);
     if (reads > static_cast<int>(sd.rdAtomic)) ++lb_->readDepthExceeded;
   }
@@ -1725,11 +1724,11 @@ TEST(VerbsLoopback, CloseWaitsForReadsInFlightBeforeReleasingBuffers) {
   // come back before it fails the request and drops the registration: nothing may land after.
   for (uint32_t seed = 1; seed <= 5; ++seed) {
     SCOPED_TRACE(format("seed %u", seed));
+    Bytes out = pattern(5000, seed), in(5000);
+    Request s, r;  // before the connections, whose teardown fails what is still pending
     Loopback lb(smallOptions(), seed);
     ASSERT_TRUE(lb.ok());
     lb.freezeReads = true;
-    Bytes out = pattern(5000, seed), in(5000);
-    Request s, r;
     ASSERT_TRUE(lb.conn(0).isend(s, out, 4).ok());
     ASSERT_TRUE(lb.conn(1).irecv(r, in, 4).ok());
     ASSERT_TRUE(lb.settle());
@@ -1880,14 +1879,14 @@ TEST(VerbsLoopback, AsyncEventsFailTheConnectionsTheyConcern) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(ibv_event_type_str(c.type));
+    Bytes in0(10), in1(10);
+    Request r0, r1;  // before the connections, whose teardown fails what is still pending
     Loopback lb(smallOptions(), 14);
     ASSERT_TRUE(lb.ok());
     auto owned = std::make_unique<Device>();
     owned->name = "fake0";  // side 0's device; side 1 is on fake1
     Device& dev = *owned;
     lb.shared->devices.push_back(std::move(owned));
-    Bytes in0(10), in1(10);
-    Request r0, r1;
     ASSERT_TRUE(lb.conn(0).irecv(r0, in0, 1).ok());
     ASSERT_TRUE(lb.conn(1).irecv(r1, in1, 1).ok());
     ibv_async_event ev{};

@@ -1,0 +1,26 @@
+// fuzz_shm_frames: what a shm connection makes of the records its peer writes into their ring: data frames,
+// cross-memory attach announcements, acks and abort frames, with any kinds, lengths, offsets and totals. Input:
+// byte 0 is how many receives to post first (0-3, tags 0, 1, 2), then two bytes of size for each; the rest is the
+// ring as the peer wrote it. The connection's own code reads it (shm::readPeerFramesForTesting): it must deliver,
+// refuse or fail with a remote error, never read or write outside the ring or a buffer.
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "transports/shm/shm_transport.h"
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  setenv("HETCOMM_EARLY_MAX_BYTES", "67108864", 1);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const size_t nrecv = data[0] % 4;
+  ++data, --size;
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < nrecv && size >= 2; ++i, data += 2, size -= 2) sizes.push_back(data[0] | data[1] << 8);
+  if (size > (1u << 20)) size = 1u << 20;
+  (void)hetcomm::transport::shm::readPeerFramesForTesting({reinterpret_cast<const std::byte*>(data), size}, sizes);
+  return 0;
+}
