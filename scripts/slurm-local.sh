@@ -54,7 +54,7 @@ up() {
   chmod 600 "$dir/munge/munge.key"
   munged -f --socket="$dir/munge/munge.sock" --key-file="$dir/munge/munge.key" --log-file="$dir/munge/munged.log" \
     --pid-file="$dir/munge/munged.pid" --seed-file="$dir/munge/munged.seed" \
-    || { tail -5 "$dir/munge/munged.log" >&2; down "$dir"; die "munged did not start" 77; }
+    || { tail -n 5 "$dir/munge/munged.log" >&2; down "$dir"; die "munged did not start" 77; }
   local host ctld_port slurmd_port
   host=$(hostname -s)
   ctld_port=$(free_port)
@@ -88,17 +88,17 @@ SlurmdParameters=config_overrides
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$CPUS State=UNKNOWN
 PartitionName=hc Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
 EOF
-  slurmctld -f "$dir/slurm.conf" || { tail -5 "$dir/slurmctld.log" >&2; down "$dir"; die "slurmctld did not start" 77; }
-  slurmd -f "$dir/slurm.conf" || { tail -5 "$dir/slurmd.log" >&2; down "$dir"; die "slurmd did not start" 77; }
-  # Ready when the node takes jobs.
-  for _ in $(seq 100); do
+  slurmctld -f "$dir/slurm.conf" || { tail -n 5 "$dir/slurmctld.log" >&2; down "$dir"; die "slurmctld did not start" 77; }
+  slurmd -f "$dir/slurm.conf" || { tail -n 5 "$dir/slurmd.log" >&2; down "$dir"; die "slurmd did not start" 77; }
+  # Ready when the node takes jobs (within a minute: a loaded machine, the test suite beside it, takes its time).
+  for _ in $(seq 300); do
     if SLURM_CONF=$dir/slurm.conf sinfo -h -o %t 2>/dev/null | grep -qE '^(idle|mix|alloc)'; then
       echo "export SLURM_CONF=$dir/slurm.conf"
       return 0
     fi
     sleep 0.2
   done
-  tail -5 "$dir/slurmctld.log" "$dir/slurmd.log" >&2
+  tail -n 5 "$dir/slurmctld.log" "$dir/slurmd.log" >&2
   down "$dir"
   die "the node never became idle" 77
 }

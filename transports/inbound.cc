@@ -88,7 +88,9 @@ Result<InboundMessages::Message*> InboundMessages::frame(uint64_t tag, uint64_t 
     return &m;
   }
   Message& m = it->second;
-  if (total != m.total || offset > m.total || len > m.total - offset) return malformed();
+  // Frames of another message on the tag (one announced for a pull, or one here whole already: a tag is used once
+  // until received; found by fuzz_shm_frames, a data frame after an attach announcement), or outside this one.
+  if (m.rendezvous || m.complete || total != m.total || offset > m.total || len > m.total - offset) return malformed();
   return &m;
 }
 

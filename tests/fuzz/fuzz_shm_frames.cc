@@ -7,19 +7,17 @@
 #include <cstdlib>
 #include <vector>
 
+#include "tests/fuzz/frame_input.h"
 #include "transports/shm/shm_transport.h"
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  setenv("HETCOMM_EARLY_MAX_BYTES", "67108864", 1);
+  hetcomm::fuzz::boundEarlyMessages();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const size_t nrecv = data[0] % 4;
-  ++data, --size;
-  std::vector<size_t> sizes;
-  for (size_t i = 0; i < nrecv && size >= 2; ++i, data += 2, size -= 2) sizes.push_back(data[0] | data[1] << 8);
+  const std::vector<size_t> sizes = hetcomm::fuzz::takeReceiveSizes(data, size);
   if (size > (1u << 20)) size = 1u << 20;
   (void)hetcomm::transport::shm::readPeerFramesForTesting({reinterpret_cast<const std::byte*>(data), size}, sizes);
   return 0;

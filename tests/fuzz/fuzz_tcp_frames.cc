@@ -16,6 +16,7 @@
 #include <deque>
 #include <vector>
 
+#include "tests/fuzz/frame_input.h"
 #include "transports/tcp/tcp_connection.h"
 
 namespace {
@@ -26,16 +27,13 @@ using namespace hetcomm::transport;
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  setenv("HETCOMM_EARLY_MAX_BYTES", "67108864", 1);
+  hetcomm::fuzz::boundEarlyMessages();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const size_t nrecv = data[0] % 4;
-  ++data, --size;
-  std::vector<size_t> sizes;
-  for (size_t i = 0; i < nrecv && size >= 2; ++i, data += 2, size -= 2) sizes.push_back(data[0] | data[1] << 8);
+  const std::vector<size_t> sizes = hetcomm::fuzz::takeReceiveSizes(data, size);
 
   static boost::asio::io_context io;
   static const int epollFd = epoll_create1(EPOLL_CLOEXEC);

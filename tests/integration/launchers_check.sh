@@ -34,6 +34,8 @@ check() {
     passed=$((passed + 1))
   else
     echo "FAIL $SECTION: $name (exit $rc${missing:+, missing$missing})"
+    # The ranks' own errors first: a launcher's summary (torchrun's) can push them out of the tail.
+    grep -m 8 -E "failed|error|HETCOMM WARN" "$log" | grep -v "^ *error_file" | sed 's/^/    /'
     tail -n 15 "$log" | sed 's/^/    /'
     failed=$((failed + 1))
   fi
@@ -79,8 +81,9 @@ case $SECTION in
     ;;
   slurm)
     CLUSTER=$WORK/slurm
-    if ! up=$("$SRC/scripts/slurm-local.sh" up "$CLUSTER" 2>"$WORK/slurm-up.err"); then
-      rc=$?
+    up=$("$SRC/scripts/slurm-local.sh" up "$CLUSTER" 2>"$WORK/slurm-up.err")
+    rc=$?
+    if [[ $rc -ne 0 ]]; then
       echo "SKIP slurm: the single-node cluster did not start: $(tail -n 3 "$WORK/slurm-up.err")"
       [[ $rc -eq 77 ]] && exit 77
       exit 1

@@ -68,6 +68,8 @@ TEST(InboundMessages, AFrameOutsideItsMessageIsARemoteError) {
   EXPECT_NE(std::string(m.error().message()).find("malformed tcp frame"), std::string::npos) << m.error().message();
   ASSERT_TRUE(in.frame(8, 100, 0, 50));
   EXPECT_FALSE(in.frame(8, 200, 50, 50)) << "a later frame that changes the message's total";
+  ASSERT_NE(in.announce(9, 64, 0x1000), nullptr);  // a message announced for a pull (shm's attach)
+  EXPECT_FALSE(in.frame(9, 64, 0, 64)) << "a data frame for it";
 }
 
 TEST(InboundMessages, AnEarlyMessagePastTheBudgetIsRefusedBeforeAnyAllocation) {
