@@ -803,13 +803,14 @@ Status readPeerFramesForTesting(std::span<const std::byte> ring, std::span<const
   Ring& in = seg->ring[1];  // side 0 reads ring[1]
   std::memcpy(in.data, ring.data(), ring.size());
   in.head.store(ring.size());
+  // Before the connection: on every way out it fails what is still pending in them.
+  std::vector<std::vector<std::byte>> bufs;
+  std::deque<Request> reqs;
   ShmTransport::Impl impl;  // no epoll set, no wake-up socket: a lone connection
   sockaddr_un nowhere{};
   // The peer is this process: a cross-memory attach frame reads this process's memory, which the kernel checks.
   auto conn = std::make_unique<ShmConnection>(&impl, 0, 1, 0, seg, sizeof(Segment), ::getpid(), false, true, nowhere,
                                               socklen_t{0}, -1);
-  std::vector<std::vector<std::byte>> bufs;
-  std::deque<Request> reqs;
   for (size_t i = 0; i < receives.size(); ++i) {
     bufs.emplace_back(receives[i]);
     HC_TRY(conn->irecv(reqs.emplace_back(), bufs.back(), i));
@@ -817,7 +818,7 @@ Status readPeerFramesForTesting(std::span<const std::byte> ring, std::span<const
   while (conn->progress()) {
   }
   // A receive for a tag nobody sent fails at once on a broken connection, with its reason.
-  Request probe;
+  Request& probe = reqs.emplace_back();
   HC_TRY(conn->irecv(probe, {}, ~uint64_t{0}));
   Status why = probe.failed() ? probe.error : okStatus();
   conn.reset();  // fails what is pending; unmaps the segment
