@@ -12,6 +12,7 @@
 #include "hetcomm/hetcomm.h"
 #include "kernels/datatype.h"
 #include "topology/cluster_spec.h"
+#include "transports/cuda/cuda_runtime.h"
 
 using hetcomm::Code;
 using hetcomm::Status;
@@ -368,6 +369,20 @@ hetcommResult_t hetcommStreamCreate(hetcommStream_t* stream) {
   });
 }
 
+hetcommResult_t hetcommStreamCreateForCuda(hetcommStream_t* stream, void* cudaStream) {
+  return guard("hetcommStreamCreateForCuda", [&]() -> Status {
+    if (!stream) return hetcomm::invalidArgument("stream is NULL");
+    if (!hetcomm::transports::cuda::Runtime::get())
+      return hetcomm::invalidUsage("a CUDA stream needs the CUDA runtime: %s",
+                                   hetcomm::transports::cuda::Runtime::unavailable().c_str());
+    Stream* s = createStream();
+    s->wrapsCuda = true;
+    s->cuda = cudaStream;
+    *stream = reinterpret_cast<hetcommStream_t>(s);
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommStreamSynchronize(hetcommStream_t stream) {
   return guard("hetcommStreamSynchronize", [&]() -> Status {
     if (!stream) return hetcomm::invalidArgument("stream is NULL");
@@ -381,7 +396,7 @@ hetcommResult_t hetcommStreamQuery(hetcommStream_t stream) {
     if (!stream) return hetcomm::invalidArgument("stream is NULL");
     HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
     std::lock_guard<std::mutex> lock(s->mu);
-    if (s->last && !s->last->finished()) return Status(Code::kInProgress, "work pending");
+    if ((s->last && !s->last->finished()) || s->pending.load() > 0) return Status(Code::kInProgress, "work pending");
     return s->firstError;
   });
 }

@@ -12,6 +12,10 @@
 #include "common/status.h"
 #include "hetcomm/hetcomm.h"
 
+namespace hetcomm::transports::cuda {
+class Runtime;
+}
+
 struct hetcommComm {};    // opaque handle: points at a Communicator
 struct hetcommStream {};  // opaque handle: points at a Stream
 
@@ -86,6 +90,31 @@ void groupStart();
 Status groupEnd();
 // Waits for the stream's last operation; returns (and clears) the first error of any operation on it.
 Status syncStream(Stream* s);
+// Queues op now (it is first held back until GroupEnd inside a group) on comm.
+Status submit(Communicator* c, const std::shared_ptr<Op>& op);
+
+// ---- device buffers and CUDA streams: staging (api_device.cc) ----
+struct Staging {
+  bool staged = false;
+  int device = -1;                          // the GPU of the device buffer, -1 when none
+  transports::cuda::Runtime* rt = nullptr;  // null: host buffers staged by memcpy (HETCOMM_STAGE_HOST_BUFFERS)
+};
+struct StagedJob;
+// Whether a call with these buffers on stream s is staged; a bad pointer, or a device buffer without a usable CUDA
+// runtime, is an argument error.
+Result<Staging> stagingFor(const void* send, size_t sendBytes, const void* recv, size_t recvBytes, Stream* s);
+// Queues proto (a collective, or one send or receive, with its arguments checked and its buffers the user's) as
+// staged chunks; blocking when s is not a CUDA stream.
+Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream* s);
+// Starts a job whose ops are queued: on this thread (inline_, returning its result) or a job thread.
+Status startJob(const std::shared_ptr<StagedJob>& job, bool inline_);
+bool jobIsAsync(const StagedJob& job);
+Status waitJob(StagedJob& job);
+bool inGroup();
+// Inside a group: op (chunk k of job) is held until GroupEnd, which starts the job after queueing its ops.
+void holdForGroup(Communicator* c, std::shared_ptr<Op> op, std::shared_ptr<StagedJob> job, int chunk);
+// Where fusing a group's sends and receives folded a job's op into another, the job follows it.
+void retargetJob(StagedJob& job, int chunk, const std::shared_ptr<Op>& op);
 
 // ---- communicator creation (api_init.cc) ----
 Result<CommOptions> optionsFrom(const hetcommConfig_t* config);

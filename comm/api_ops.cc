@@ -15,10 +15,13 @@ namespace hetcomm::comm::api {
 struct Pending {
   Communicator* comm;
   std::shared_ptr<Op> op;
+  std::shared_ptr<StagedJob> job;  // a staged chunk: the job that feeds it
+  int chunk = 0;
 };
 struct GroupState {
   int depth = 0;
   std::vector<Pending> pending;
+  std::vector<std::shared_ptr<StagedJob>> jobs;
 };
 namespace {
 thread_local GroupState tGroup;
@@ -48,6 +51,13 @@ Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
   return st;
 }
 
+bool inGroup() { return tGroup.depth > 0; }
+
+void holdForGroup(Communicator* c, std::shared_ptr<Op> op, std::shared_ptr<StagedJob> job, int chunk) {
+  if (tGroup.jobs.empty() || tGroup.jobs.back() != job) tGroup.jobs.push_back(job);
+  tGroup.pending.push_back({c, std::move(op), std::move(job), chunk});
+}
+
 Status waitOp(const std::shared_ptr<Op>& op) {
   Engine::get().waitUntil([&] { return op->finished(); });
   return alreadyLogged(op->error);
@@ -59,7 +69,7 @@ Status pairSelf(const Op& op, int me);
 Status launch(Communicator* c, std::shared_ptr<Op> op) {
   op->comm = c;
   if (tGroup.depth > 0) {
-    tGroup.pending.push_back({c, std::move(op)});
+    tGroup.pending.push_back({c, std::move(op), nullptr, 0});
     return okStatus();
   }
   if (op->args.kind == coll::CollKind::kSendRecv) {
@@ -124,6 +134,9 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
   }
   op->send = send;
   op->recv = recv;
+  HC_ASSIGN_OR_RETURN(Staging how, stagingFor(needSend ? send : nullptr, sendCount * esz, needRecv ? recv : nullptr,
+                                              recvCount * esz, s));
+  if (how.staged) return launchStaged(c, *op, how, s);
   op->stream = s;
   op->seq = c->nextCollectiveSeq();
   return launch(c, std::move(op));
@@ -137,6 +150,8 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   HC_TRY(checkCount(count, kernels::sizeOf(static_cast<kernels::DataType>(dtype)), 1));
   HC_TRY(checkBuf(buf, count, isSend ? "sendbuff" : "recvbuff"));
   HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
+  const size_t bytes = count * kernels::sizeOf(static_cast<kernels::DataType>(dtype));
+  HC_ASSIGN_OR_RETURN(Staging how, stagingFor(isSend ? buf : nullptr, bytes, isSend ? nullptr : buf, bytes, s));
   coll::P2pOp p;
   p.isSend = isSend;
   p.peer = peer;
@@ -147,6 +162,12 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   op->args.dtype = static_cast<kernels::DataType>(dtype);
   op->args.p2p.push_back(p);
   op->extras.push_back(static_cast<std::byte*>(const_cast<void*>(buf)));
+  if (how.staged) {
+    Status st = inGroup() ? okStatus() : pairSelf(*op, c->rank());
+    if (st.ok()) st = launchStaged(c, *op, how, s);
+    if (!st.ok() && !inGroup()) c->releaseP2pSeqs(op->args.p2p);
+    return st;
+  }
   op->stream = s;
   return launch(c, std::move(op));
 }
@@ -173,10 +194,16 @@ Status groupEnd() {
   if (--tGroup.depth > 0) return okStatus();
   std::vector<Pending> pending;
   pending.swap(tGroup.pending);
+  std::vector<std::shared_ptr<StagedJob>> jobs;
+  jobs.swap(tGroup.jobs);
+  // Ops only asynchronous staging jobs feed: nobody waits for them here.
+  auto asyncOnly = [](const Pending& p) { return p.job && jobIsAsync(*p.job); };
+  std::vector<bool> noWait;
   // One fused point-to-point op per (communicator, stream), at the place of its first send or receive.
   std::vector<Pending> ops;
   for (auto& p : pending) {
     if (p.op->args.kind != coll::CollKind::kSendRecv) {
+      noWait.push_back(asyncOnly(p));
       ops.push_back(std::move(p));
       continue;
     }
@@ -184,27 +211,41 @@ Status groupEnd() {
       return q.comm == p.comm && q.op->stream == p.op->stream && q.op->args.kind == coll::CollKind::kSendRecv;
     });
     if (it == ops.end()) {
+      noWait.push_back(asyncOnly(p));
       ops.push_back(std::move(p));
     } else {
       it->op->args.p2p.push_back(p.op->args.p2p[0]);
       it->op->extras.push_back(p.op->extras[0]);
+      it->op->gates.fetch_add(p.op->gates.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      if (p.job) retargetJob(*p.job, p.chunk, it->op);
+      const size_t i = static_cast<size_t>(it - ops.begin());
+      noWait[i] = noWait[i] && asyncOnly(p);
     }
   }
   Status first;
   std::vector<std::shared_ptr<Op>> waits, started;
-  for (auto& p : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    auto& p = ops[i];
     Status st;
     if (p.op->args.kind == coll::CollKind::kSendRecv) {
       st = pairSelf(*p.op, p.comm->rank());
       if (!st.ok()) p.comm->releaseP2pSeqs(p.op->args.p2p);
     }
-    if (st.ok()) st = submit(p.comm, p.op);
+    if (st.ok()) {
+      st = submit(p.comm, p.op);
+    } else {  // never queued: finished, so that a staging job feeding it stops
+      p.op->error = st;
+      p.op->state.store(Op::kFailed, std::memory_order_release);
+    }
     if (!st.ok()) {
       if (first.ok()) first = st;
       continue;
     }
-    (p.op->stream ? started : waits).push_back(p.op);
+    if (!noWait[i]) (p.op->stream ? started : waits).push_back(p.op);
   }
+  // Staging jobs run on job threads: the sends and receives they feed must all be posted before any finishes.
+  for (auto& job : jobs)
+    if (Status st = startJob(job, /*inline_=*/false); !st.ok() && first.ok()) first = st;
   if (!started.empty())
     Engine::get().start(
         [&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });
@@ -212,10 +253,15 @@ Status groupEnd() {
     Status st = waitOp(op);
     if (!st.ok() && first.ok()) first = st;
   }
+  for (auto& job : jobs)
+    if (!jobIsAsync(*job))
+      if (Status st = waitJob(*job); !st.ok() && first.ok()) first = st;
   return first;
 }
 
 Status syncStream(Stream* s) {
+  // Staging jobs of a CUDA stream: done when their copies out are (the stream's own later work is the caller's).
+  Engine::get().waitUntil([&] { return s->pending.load(std::memory_order_acquire) == 0; });
   std::shared_ptr<Op> last;
   {
     std::lock_guard<std::mutex> lock(s->mu);

@@ -363,8 +363,25 @@ void Communicator::checkPrediction(const Op& op, double seconds) {
   probeCacheFile_.clear();
 }
 
+void Communicator::failFromOutside(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (outsideError_.ok()) outsideError_ = why;
+  }
+  outsideFailure_.store(true, std::memory_order_release);
+  Engine::get().wake();
+}
+
 bool Communicator::progressOnce() {
   log::ScopedRank scope(rank_, name());
+  if (outsideFailure_.exchange(false, std::memory_order_acq_rel)) {
+    Status why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      why = outsideError_;
+    }
+    fail(why);
+  }
   if (failed_.load(std::memory_order_acquire)) {
     std::deque<std::shared_ptr<Op>> drop;
     Status why;
@@ -385,7 +402,7 @@ bool Communicator::progressOnce() {
   if (!current_) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() && (!queue_.front()->after || queue_.front()->after->finished())) {
+      if (!queue_.empty() && queue_.front()->startable()) {
         current_ = std::move(queue_.front());
         queue_.pop_front();
         current_->after.reset();  // ordering done: keeping it would chain every op of the stream alive

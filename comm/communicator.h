@@ -72,6 +72,10 @@ class Communicator {
   // Fails queued work now, tells the peers, leaves the engine, closes everything.
   void abort();
 
+  // Any thread: fails the communicator with why at the engine's next pass (a staging copy failed: the operations
+  // queued behind it can never run, and the peers must hear why).
+  void failFromOutside(const Status& why);
+
   // No operation queued or running (any thread).
   bool idle();
   // The thread running a pass (Engine) only: advance the current operation; true when anything moved.
@@ -181,6 +185,8 @@ class Communicator {
   Status error_;       // sticky, under mu_
   bool busy_ = false;  // an op is running (under mu_): idle() must not see an empty queue as done
   std::atomic<bool> failed_{false};
+  std::atomic<bool> outsideFailure_{false};
+  Status outsideError_;  // under mu_
   uint64_t collSeq_ = 0;
   std::vector<uint32_t> sendSeq_, recvSeq_;
   uint64_t splitSeq_ = 0;

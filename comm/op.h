@@ -28,9 +28,13 @@ struct Op {
   uint64_t seq = 0;           // collective sequence number on comm (0 for point-to-point)
   double predictedUs = 0;     // the cost model's time for the algorithm that runs it (set when planned)
 
+  // Staged operations (device buffers) are queued at the call, in order, but may not start until their inputs are
+  // in the staging buffers: each staging job that feeds this op opens one gate (device_staging.h).
+  std::atomic<int> gates{0};
   std::atomic<int> state{kQueued};
   Status error;  // written before state becomes kFailed
 
+  bool startable() const { return gates.load(std::memory_order_acquire) == 0 && (!after || after->finished()); }
   bool finished() const {
     int s = state.load(std::memory_order_acquire);
     return s == kDone || s == kFailed;
@@ -43,6 +47,10 @@ struct Stream {
   std::shared_ptr<Op> last;
   Status firstError;  // the first failure of any op on this stream, reported by synchronize/query
   std::atomic<int> pending{0};
+  // A stream made by hetcommStreamCreateForCuda: its operations are ordered on this CUDA stream (cudaStream_t;
+  // nullptr is the legacy default stream) and run through staging.
+  bool wrapsCuda = false;
+  void* cuda = nullptr;
 };
 
 }  // namespace hetcomm::comm

@@ -3,7 +3,9 @@
  * GPU types and network fabrics. Shaped like nccl.h: same argument order, same result-code meanings,
  * with hetcommStream_t in place of cudaStream_t.
  *
- * Buffers are host memory. Every call returns a hetcommResult_t and never throws; the human message of
+ * Buffers are host memory, or CUDA memory (device, managed or pinned host), told apart per buffer; device buffers are
+ * staged through pinned host memory in chunks (HETCOMM_CUDA_CHUNK_BYTES). The CUDA runtime is loaded at run time:
+ * where there is none, a pointer that is not host memory is refused. Every call returns a hetcommResult_t and never throws; the human message of
  * the last failure on the calling thread is hetcommGetLastError(NULL).
  *
  * Streams: a NULL stream makes a call return when the operation is complete. A stream made with
@@ -224,6 +226,12 @@ HETCOMM_API hetcommResult_t hetcommGroupEnd(void);
 
 /* ---- streams: ordered queues of asynchronous operations ---- */
 HETCOMM_API hetcommResult_t hetcommStreamCreate(hetcommStream_t* stream);
+/* hetcomm extension: a stream whose operations are ordered on a CUDA stream (cudaStream_t; NULL is CUDA's legacy
+ * default stream), as NCCL's are: a call returns at once, its work starts after the work already queued on that
+ * stream, and later work queued there waits for it, without blocking a host thread. Needs the CUDA runtime and a
+ * GPU. hetcommStreamSynchronize waits for hetcomm's part and reports its errors; the CUDA stream stays the
+ * caller's. */
+HETCOMM_API hetcommResult_t hetcommStreamCreateForCuda(hetcommStream_t* stream, void* cudaStream);
 /* Waits for every operation queued on stream; returns the first error any of them hit. */
 HETCOMM_API hetcommResult_t hetcommStreamSynchronize(hetcommStream_t stream);
 /* hetcommSuccess when all queued work is done, hetcommInProgress while some runs, or the first error. */

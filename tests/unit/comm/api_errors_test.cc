@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <hetcomm/hetcomm.h>
 
+#include <sys/mman.h>
+
 #include <chrono>
 #include <cstring>
 #include <string>
@@ -246,6 +248,32 @@ TEST_F(ApiErrors, SelfSendAndReceiveOfDifferentSizes) {
   HC_ASSERT_OK(hetcommRecv(other, 8, hetcommFloat32, 0, c0(), nullptr));
   expectError(hetcommGroupEnd(), hetcommInvalidUsage, "a send to self of 16 bytes meets a receive from self of 32");
   expectStillWorks();
+}
+
+// What a device pointer is in a process without CUDA: an address that is not host memory. It is refused, naming the
+// buffer and the reason, before anything reads it; the communicator still works.
+TEST_F(ApiErrors, APointerThatIsNotHostMemoryWithoutCudaIsRefused) {
+  void* page = mmap(nullptr, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  ASSERT_EQ(munmap(page, 1 << 16), 0);
+  float* gone = static_cast<float*>(page);
+  float ok[4] = {};
+  expectError(hetcommAllReduce(gone, ok, 4, hetcommFloat32, hetcommSum, c0(), nullptr), hetcommInvalidArgument,
+              "sendbuff");
+  expectError(hetcommAllReduce(ok, gone, 4, hetcommFloat32, hetcommSum, c0(), nullptr), hetcommInvalidArgument,
+              "CUDA is not in use in this process");
+  expectError(hetcommSend(gone, 4, hetcommFloat32, 1, c0(), nullptr), hetcommInvalidArgument, "not memory");
+  expectStillWorks();
+}
+
+TEST_F(ApiErrors, ACudaStreamWithoutAGpuIsRefused) {
+  hetcommStream_t s = nullptr;
+  hetcommResult_t rc = hetcommStreamCreateForCuda(&s, nullptr);
+  if (rc == hetcommSuccess) {  // a machine with a GPU: nothing to check here
+    HC_EXPECT_OK(hetcommStreamDestroy(s));
+    GTEST_SKIP() << "this machine has a usable CUDA runtime and GPU";
+  }
+  expectError(rc, hetcommInvalidUsage, "CUDA");
 }
 
 TEST_F(ApiErrors, GroupEndWithoutGroupStart) {
