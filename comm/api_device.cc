@@ -259,6 +259,7 @@ struct StagedJob {
   cu::EventHandle after = nullptr;
   Flag flag;
   bool hasFlag = false;
+  bool blocking = false;  // a CUDA stream without stream memory operations: the call waits for the job
 
   std::mutex mu;
   std::condition_variable cv;
@@ -446,14 +447,26 @@ Status orderOnCuda(StagedJob& job) {
   void* cudaStream = onCuda ? job.stream->cuda : nullptr;  // otherwise the legacy default stream
   HC_TRY(rt.eventRecord(job.after, cudaStream));
   if (!onCuda) return okStatus();
-  HC_ASSIGN_OR_RETURN(job.flag, flags().take(rt));
-  job.hasFlag = true;
-  return rt.streamWaitValue32(cudaStream, job.flag.dev, job.flag.target);
+  if (rt.canWaitValue()) {
+    HC_ASSIGN_OR_RETURN(job.flag, flags().take(rt));
+    Status st = rt.streamWaitValue32(cudaStream, job.flag.dev, job.flag.target);
+    if (st.ok()) {
+      job.hasFlag = true;
+      return st;
+    }
+    flags().raise(job.flag);  // gives the word back; nothing waits on it
+    static std::once_flag warned;
+    std::call_once(warned, [&] {
+      HC_WARN("CUDA streams: %s; calls on a CUDA stream block until done instead", std::string(st.message()).c_str());
+    });
+  }
+  job.blocking = true;  // no stream memory operations: later work is ordered by returning only when done
+  return okStatus();
 }
 
 }  // namespace
 
-Status startJob(const std::shared_ptr<StagedJob>& job, bool inline_) {
+Status startJob(const std::shared_ptr<StagedJob>& job, bool fromGroup) {
   if (job->rt) {
     if (Status st = orderOnCuda(*job); !st.ok()) {
       QueuedChunks(*job).abandon(0, st);
@@ -463,7 +476,9 @@ Status startJob(const std::shared_ptr<StagedJob>& job, bool inline_) {
     }
   }
   if (job->stream) job->stream->pending.fetch_add(1, std::memory_order_acq_rel);
-  if (inline_) {
+  // A group's jobs all run at once on job threads (GroupEnd waits for the blocking ones); a lone blocking call runs
+  // its job on the calling thread.
+  if (!fromGroup && (!job->stream || job->blocking)) {
     job->run();
     return job->result;
   }
@@ -471,7 +486,7 @@ Status startJob(const std::shared_ptr<StagedJob>& job, bool inline_) {
   return okStatus();
 }
 
-bool jobIsAsync(const StagedJob& job) { return job.stream != nullptr; }
+bool jobIsAsync(const StagedJob& job) { return job.stream != nullptr && !job.blocking; }
 Status waitJob(StagedJob& job) { return job.wait(); }
 
 Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream* s) {
@@ -530,7 +545,7 @@ Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream
       job->run();  // nothing left to copy: releases the memory, finishes the marker, reports to the stream
       return st;
     }
-  return startJob(job, /*inline_=*/job->stream == nullptr);
+  return startJob(job, /*fromGroup=*/false);
 }
 
 }  // namespace hetcomm::comm::api

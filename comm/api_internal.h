@@ -106,8 +106,9 @@ Result<Staging> stagingFor(const void* send, size_t sendBytes, const void* recv,
 // Queues proto (a collective, or one send or receive, with its arguments checked and its buffers the user's) as
 // staged chunks; blocking when s is not a CUDA stream.
 Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream* s);
-// Starts a job whose ops are queued: on this thread (inline_, returning its result) or a job thread.
-Status startJob(const std::shared_ptr<StagedJob>& job, bool inline_);
+// Starts a job whose ops are queued: a blocking one outside a group on this thread (returning its result), the
+// others on job threads.
+Status startJob(const std::shared_ptr<StagedJob>& job, bool fromGroup);
 bool jobIsAsync(const StagedJob& job);
 Status waitJob(StagedJob& job);
 bool inGroup();

@@ -245,7 +245,7 @@ Status groupEnd() {
   }
   // Staging jobs run on job threads: the sends and receives they feed must all be posted before any finishes.
   for (auto& job : jobs)
-    if (Status st = startJob(job, /*inline_=*/false); !st.ok() && first.ok()) first = st;
+    if (Status st = startJob(job, /*fromGroup=*/true); !st.ok() && first.ok()) first = st;
   if (!started.empty())
     Engine::get().start(
         [&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });

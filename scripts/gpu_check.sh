@@ -11,7 +11,7 @@
 set -uo pipefail
 bundle=${1:-build}
 bin=$bundle/bin
-export LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/deps${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH="$bundle/lib:$bundle/lib/deps:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ours="$bundle/lib/nccl"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

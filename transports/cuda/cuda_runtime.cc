@@ -79,7 +79,8 @@ struct RuntimeLoader {
     void* h = nullptr;
     std::string forced = cudartPathParam();
     const char* names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
-                           "/usr/local/cuda/lib64/libcudart.so"};
+                           "/usr/local/cuda/lib64/libcudart.so",
+                           "/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12"};
     if (!forced.empty()) {
       h = dlopen(forced.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!h) {
