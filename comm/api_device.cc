@@ -438,18 +438,24 @@ Result<std::shared_ptr<StagedJob>> makeJob(Communicator* c, const Staging& how, 
   return job;
 }
 
-// Orders the job on its CUDA stream: copies after the work queued so far, later work after the job.
-Status orderOnCuda(StagedJob& job) {
+// Orders the job on its CUDA stream, in two steps so that a group's jobs can take each step together: first the
+// copies are put after the work queued so far (an event), then the stream's later work after the job (a wait on
+// its flag). Were a job's wait queued before the next job's event, that job's copies would wait for the first job,
+// which waits for their shared group op: a deadlock.
+Status recordAfter(StagedJob& job) {
   cu::Runtime& rt = *job.rt;
   if (job.device >= 0) HC_TRY(rt.setDevice(job.device));
   HC_TRY(rt.eventCreate(&job.after));
   const bool onCuda = job.stream && job.stream->wrapsCuda;
-  void* cudaStream = onCuda ? job.stream->cuda : nullptr;  // otherwise the legacy default stream
-  HC_TRY(rt.eventRecord(job.after, cudaStream));
-  if (!onCuda) return okStatus();
+  return rt.eventRecord(job.after, onCuda ? job.stream->cuda : nullptr);  // otherwise the legacy default stream
+}
+
+Status holdStream(StagedJob& job) {
+  cu::Runtime& rt = *job.rt;
+  if (!job.stream || !job.stream->wrapsCuda) return okStatus();
   if (rt.canWaitValue()) {
     HC_ASSIGN_OR_RETURN(job.flag, flags().take(rt));
-    Status st = rt.streamWaitValue32(cudaStream, job.flag.dev, job.flag.target);
+    Status st = rt.streamWaitValue32(job.stream->cuda, job.flag.dev, job.flag.target);
     if (st.ok()) {
       job.hasFlag = true;
       return st;
@@ -466,24 +472,36 @@ Status orderOnCuda(StagedJob& job) {
 
 }  // namespace
 
-Status startJob(const std::shared_ptr<StagedJob>& job, bool fromGroup) {
-  if (job->rt) {
-    if (Status st = orderOnCuda(*job); !st.ok()) {
-      QueuedChunks(*job).abandon(0, st);
-      if (job->stream) job->stream->pending.fetch_add(1, std::memory_order_acq_rel);
-      job->run();  // releases what was taken; the chunks fail
-      return st;
+Status startJobs(const std::vector<std::shared_ptr<StagedJob>>& jobs, bool fromGroup) {
+  Status first;
+  std::vector<bool> ordered(jobs.size(), true);
+  for (int step = 0; step < 2; ++step)
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      StagedJob& job = *jobs[i];
+      if (!job.rt || !ordered[i]) continue;
+      Status st = step == 0 ? recordAfter(job) : holdStream(job);
+      if (st.ok()) continue;
+      ordered[i] = false;
+      if (first.ok()) first = st;
     }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const auto& job = jobs[i];
+    if (job->stream) job->stream->pending.fetch_add(1, std::memory_order_acq_rel);
+    if (!ordered[i]) {
+      QueuedChunks(*job).abandon(0, first);
+      job->run();  // releases what was taken; the chunks fail
+      continue;
+    }
+    // A group's jobs all run at once on job threads (GroupEnd waits for the blocking ones); a lone blocking call
+    // runs its job on the calling thread.
+    if (!fromGroup && (!job->stream || job->blocking)) {
+      job->run();
+      if (first.ok()) first = job->result;
+      continue;
+    }
+    jobThreads().run(job);
   }
-  if (job->stream) job->stream->pending.fetch_add(1, std::memory_order_acq_rel);
-  // A group's jobs all run at once on job threads (GroupEnd waits for the blocking ones); a lone blocking call runs
-  // its job on the calling thread.
-  if (!fromGroup && (!job->stream || job->blocking)) {
-    job->run();
-    return job->result;
-  }
-  jobThreads().run(job);
-  return okStatus();
+  return first;
 }
 
 bool jobIsAsync(const StagedJob& job) { return job.stream != nullptr && !job.blocking; }
@@ -545,7 +563,7 @@ Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream
       job->run();  // nothing left to copy: releases the memory, finishes the marker, reports to the stream
       return st;
     }
-  return startJob(job, /*fromGroup=*/false);
+  return startJobs({job}, /*fromGroup=*/false);
 }
 
 }  // namespace hetcomm::comm::api

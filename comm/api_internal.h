@@ -106,9 +106,9 @@ Result<Staging> stagingFor(const void* send, size_t sendBytes, const void* recv,
 // Queues proto (a collective, or one send or receive, with its arguments checked and its buffers the user's) as
 // staged chunks; blocking when s is not a CUDA stream.
 Status launchStaged(Communicator* c, const Op& proto, const Staging& how, Stream* s);
-// Starts a job whose ops are queued: a blocking one outside a group on this thread (returning its result), the
-// others on job threads.
-Status startJob(const std::shared_ptr<StagedJob>& job, bool fromGroup);
+// Starts jobs whose ops are queued: a blocking one outside a group on this thread (returning its result), the
+// others on job threads. A group's jobs are ordered on their CUDA streams together.
+Status startJobs(const std::vector<std::shared_ptr<StagedJob>>& jobs, bool fromGroup);
 bool jobIsAsync(const StagedJob& job);
 Status waitJob(StagedJob& job);
 bool inGroup();

@@ -244,8 +244,8 @@ Status groupEnd() {
     if (!noWait[i]) (p.op->stream ? started : waits).push_back(p.op);
   }
   // Staging jobs run on job threads: the sends and receives they feed must all be posted before any finishes.
-  for (auto& job : jobs)
-    if (Status st = startJob(job, /*fromGroup=*/true); !st.ok() && first.ok()) first = st;
+  if (!jobs.empty())
+    if (Status st = startJobs(jobs, /*fromGroup=*/true); !st.ok() && first.ok()) first = st;
   if (!started.empty())
     Engine::get().start(
         [&] { return std::all_of(started.begin(), started.end(), [](auto& op) { return op->finished(); }); });

@@ -2,7 +2,7 @@
 # gpu_check.sh [BUNDLE]: the checks of CUDA device buffers that need a GPU, on a machine that has one.
 #   - the device reduction kernels against the host kernels (cuda_reduce_check);
 #   - nccl_abi_check with device buffers on a CUDA stream, 2, 4 and 8 ranks sharing the GPU, every collective x
-#     datatype x op, and the stream-ordering checks; host buffers on 4 ranks;
+#     datatype x op, and the stream-ordering checks (host buffers: ctest's nccl_abi_np*);
 #   - allreduce bus bandwidth on device buffers (2 and 4 ranks) against the copy bound, and per-call time;
 #   - NVIDIA's NCCL on one rank with the same program, as the reference for per-call overhead.
 # BUNDLE: a folder with bin/ (hetcomm-run, nccl_abi_check, cuda_reduce_check), lib/ (libhetcomm.so.0,
@@ -26,19 +26,18 @@ nproc
 step "device kernels against host kernels"
 check "$bin/cuda_reduce_check"
 
+# Bounded steps (GPU time is scarce): HETCOMM_TIMEOUT makes a stuck rank say where it waits.
+export HETCOMM_TIMEOUT=${HETCOMM_TIMEOUT:-30}
 for np in 2 4 8; do
   step "nccl_abi_check: device buffers, $np ranks on one GPU"
   mkdir -p "$work/d$np"
-  check env LD_LIBRARY_PATH="$ours:$LD_LIBRARY_PATH" timeout 300 "$bin/hetcomm-run" -np $np "$bin/nccl_abi_check" "$work/d$np" device
+  check env LD_LIBRARY_PATH="$ours:$LD_LIBRARY_PATH" timeout 55 "$bin/hetcomm-run" -np $np "$bin/nccl_abi_check" "$work/d$np" device
 done
-step "nccl_abi_check: host buffers, 4 ranks"
-mkdir -p "$work/h4"
-check env LD_LIBRARY_PATH="$ours:$LD_LIBRARY_PATH" timeout 300 "$bin/hetcomm-run" -np 4 "$bin/nccl_abi_check" "$work/h4" host
 
 for np in 1 2 4; do
   step "hetcomm: allreduce on device buffers, $np rank(s)"
   mkdir -p "$work/b$np"
-  check env LD_LIBRARY_PATH="$ours:$LD_LIBRARY_PATH" timeout 300 "$bin/hetcomm-run" -np $np "$bin/nccl_abi_check" "$work/b$np" device --bench
+  check env LD_LIBRARY_PATH="$ours:$LD_LIBRARY_PATH" timeout 30 "$bin/hetcomm-run" -np $np "$bin/nccl_abi_check" "$work/b$np" device --bench
 done
 
 step "NVIDIA NCCL, 1 rank, same program (reference)"
@@ -51,7 +50,7 @@ fi
 echo "NVIDIA libnccl.so.2 from: ${nv:-none found}"
 if [[ -n "$nv" && "$nv" != "." ]]; then
   mkdir -p "$work/nv"
-  check env LD_LIBRARY_PATH="$nv:$LD_LIBRARY_PATH" timeout 300 "$bin/nccl_abi_check" "$work/nv" device --bench
+  check env LD_LIBRARY_PATH="$nv:$LD_LIBRARY_PATH" timeout 30 "$bin/nccl_abi_check" "$work/nv" device --bench
 fi
 echo
 echo "gpu_check: $fails step(s) failed"

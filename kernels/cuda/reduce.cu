@@ -29,9 +29,27 @@ template <> struct Math<int64_t> { using type = uint64_t; };
 template <class T> __device__ typename Math<T>::type up(T v) { return static_cast<typename Math<T>::type>(v); }
 template <> __device__ float up(__half v) { return __half2float(v); }
 template <> __device__ float up(__nv_bfloat16 v) { return __bfloat162float(v); }
+// Narrowing rounds to nearest even, as the host does; a NaN keeps its top payload bits with the quiet bit set (the
+// host's F16C rule), where CUDA's conversions would give a canonical NaN.
 template <class T> __device__ T down(typename Math<T>::type v) { return static_cast<T>(v); }
-template <> __device__ __half down<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __nv_bfloat16 down<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __half down<__half>(float v) {
+  if (v != v) {
+    unsigned u = __float_as_uint(v);
+    return __ushort_as_half(static_cast<unsigned short>(((u >> 16) & 0x8000u) | 0x7E00u | ((u >> 13) & 0x3FFu)));
+  }
+  return __float2half_rn(v);
+}
+template <> __device__ __nv_bfloat16 down<__nv_bfloat16>(float v) {
+  if (v != v) return __ushort_as_bfloat16(static_cast<unsigned short>((__float_as_uint(v) | 0x00400000u) >> 16));
+  return __float2bfloat16_rn(v);
+}
+
+// x86's rule for arithmetic on NaN, which the host kernels follow: the first NaN operand, made quiet, payload kept
+// (the GPU's own arithmetic gives a canonical NaN).
+__device__ float quiet(float v) { return __uint_as_float(__float_as_uint(v) | 0x00400000u); }
+__device__ double quiet(double v) {
+  return __longlong_as_double(__double_as_longlong(v) | 0x0008000000000000ll);
+}
 
 template <class T> __device__ bool isNan(T v) {
   if constexpr (std::is_floating_point_v<T>) return v != v;
@@ -39,10 +57,12 @@ template <class T> __device__ bool isNan(T v) {
 }
 
 template <class M, int O> __device__ M combine(M a, M b) {
-  if constexpr (O == kSum || O == kAvg) {
-    return a + b;
-  } else if constexpr (O == kProd) {
-    return a * b;
+  if constexpr (O == kSum || O == kAvg || O == kProd) {
+    if constexpr (std::is_floating_point_v<M>) {
+      if (isNan(a)) return quiet(a);
+      if (isNan(b)) return quiet(b);
+    }
+    return O == kProd ? a * b : a + b;
   } else {
     if (isNan(a)) return a;
     if (isNan(b)) return b;
