@@ -10,6 +10,7 @@
 //     so no host thread blocks and no CUDA host callback waits on the network.
 //   - Inside a group, jobs start at hetcommGroupEnd, each on a job thread (the sends and receives of a group must
 //     all be posted before any of them can finish).
+#include <bit>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -45,44 +46,61 @@ struct Block {
 class BlockPool {
  public:
   Result<Block> take(size_t bytes, cu::Runtime* rt) {
+    const size_t want = std::bit_ceil(std::max<size_t>(bytes, 4096));  // sizes repeat: blocks are reused
     {
       std::lock_guard<std::mutex> lock(mu_);
+      ++out_;
       for (size_t i = 0; i < free_.size(); ++i)
-        if (free_[i].bytes >= bytes && free_[i].pinned == (rt != nullptr) && free_[i].bytes <= 4 * bytes + (1 << 20)) {
+        if (free_[i].bytes == want && free_[i].pinned == (rt != nullptr)) {
           Block b = free_[i];
           free_.erase(free_.begin() + static_cast<long>(i));
           return b;
         }
     }
     Block b;
-    b.bytes = std::max<size_t>(bytes, 64);
+    b.bytes = want;
     b.pinned = rt != nullptr;
+    Status st;
     if (rt) {
       void* p = nullptr;
-      HC_TRY(rt->hostAlloc(&p, b.bytes, false));
+      st = rt->hostAlloc(&p, b.bytes, false);
       b.p = static_cast<std::byte*>(p);
     } else {
       b.p = static_cast<std::byte*>(::operator new[](b.bytes, std::align_val_t(64), std::nothrow));
-      if (!b.p) return systemError("cannot allocate %zu bytes of staging memory", b.bytes);
+      if (!b.p) st = systemError("cannot allocate %zu bytes of staging memory", b.bytes);
+    }
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      --out_;
+      return st;
     }
     return b;
   }
+  // Blocks beyond kKeep are freed only when no job holds one: cudaFreeHost synchronizes the device, which must not
+  // wait for a CUDA stream held by a job still running.
   void give(Block b, cu::Runtime* rt) {
-    std::lock_guard<std::mutex> lock(mu_);
-    free_.push_back(b);
-    if (free_.size() <= kKeep) return;
-    Block old = free_.front();
-    free_.erase(free_.begin());
-    if (old.pinned && rt)
-      (void)rt->freeHost(old.p);
-    else if (!old.pinned)
-      ::operator delete[](old.p, std::align_val_t(64));
+    std::vector<Block> drop;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      free_.push_back(b);
+      if (--out_ == 0)
+        while (free_.size() > kKeep) {
+          drop.push_back(free_.front());
+          free_.erase(free_.begin());
+        }
+    }
+    for (const Block& old : drop)
+      if (old.pinned && rt)
+        (void)rt->freeHost(old.p);
+      else if (!old.pinned)
+        ::operator delete[](old.p, std::align_val_t(64));
   }
 
  private:
-  static constexpr size_t kKeep = 8;
+  static constexpr size_t kKeep = 16;
   std::mutex mu_;
   std::vector<Block> free_;
+  int out_ = 0;  // blocks taken and not given back
 };
 
 BlockPool& blocks() {
@@ -367,7 +385,6 @@ void StagedJob::run() {
       for (auto& op : this->ops) Engine::get().waitUntil([&] { return op->finished(); });
   }
   if (after) (void)rt->eventDestroy(after);
-  blocks().give(mem, rt);
   if (!st.ok() && stream) {
     std::lock_guard<std::mutex> lock(stream->mu);
     if (stream->firstError.ok()) stream->firstError = st;
@@ -378,6 +395,9 @@ void StagedJob::run() {
     marker->state.store(st.ok() ? Op::kDone : Op::kFailed, std::memory_order_release);
     Engine::get().notifyFinished();
   }
+  // After the flag: freeing pinned memory (cudaFreeHost) waits for the whole device, and the user's stream may be
+  // waiting for this very flag.
+  blocks().give(mem, rt);
   {
     std::lock_guard<std::mutex> lock(mu);
     result = st;

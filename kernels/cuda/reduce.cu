@@ -27,7 +27,13 @@ template <> struct Math<int32_t> { using type = uint32_t; };
 template <> struct Math<int64_t> { using type = uint64_t; };
 
 template <class T> __device__ typename Math<T>::type up(T v) { return static_cast<typename Math<T>::type>(v); }
-template <> __device__ float up(__half v) { return __half2float(v); }
+// A float16 NaN widens with its payload, as the host's conversion (and F16C) widen it; CUDA's gives a canonical NaN.
+template <> __device__ float up(__half v) {
+  unsigned short h = __half_as_ushort(v);
+  if ((h & 0x7C00u) == 0x7C00u && (h & 0x3FFu))
+    return __uint_as_float((static_cast<unsigned>(h & 0x8000u) << 16) | 0x7F800000u | ((h & 0x3FFu) << 13));
+  return __half2float(v);
+}
 template <> __device__ float up(__nv_bfloat16 v) { return __bfloat162float(v); }
 // Narrowing rounds to nearest even, as the host does; a NaN keeps its top payload bits with the quiet bit set (the
 // host's F16C rule), where CUDA's conversions would give a canonical NaN.
@@ -90,10 +96,15 @@ template <class T>
 __global__ void divideKernel(T* dst, size_t n, int by) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>)
-      dst[i] = down<T>(up(dst[i]) / static_cast<float>(by));
-    else
+    if constexpr (std::is_same_v<T, __half> || std::is_same_v<T, __nv_bfloat16>) {
+      float x = up(dst[i]);
+      dst[i] = down<T>(isNan(x) ? quiet(x) : x / static_cast<float>(by));
+    } else if constexpr (std::is_floating_point_v<T>) {
+      T x = dst[i];
+      dst[i] = isNan(x) ? quiet(x) : x / static_cast<T>(by);
+    } else {
       dst[i] = static_cast<T>(dst[i] / static_cast<T>(by));  // integers truncate toward zero
+    }
   }
 }
 
