@@ -115,6 +115,20 @@ ncclResult_t streamFor(cudaStream_t s, hetcommStream_t* out) {
   hetcommStream_t out; \
   if (ncclResult_t r_ = streamFor(s, &out); r_ != ncclSuccess) return r_;
 
+// The checks every operation makes, then the call: f(type, op, stream) with hetcomm's values. op is null for the
+// operations that do not reduce.
+template <class F>
+ncclResult_t checkedCall(ncclDataType_t datatype, const ncclRedOp_t* op, cudaStream_t stream, F&& f) {
+  CHECK_TYPE(datatype, t)
+  hetcommRedOp_t o = hetcommSum;
+  if (op) {
+    CHECK_OP(*op, checked)
+    o = checked;
+  }
+  STREAM(stream, s)
+  return map(f(t, o, s));
+}
+
 ncclResult_t configFrom(const ncclConfig_t* in, hetcommConfig_t* out) {
   *out = HETCOMM_CONFIG_INITIALIZER;
   if (!in) return ncclSuccess;
@@ -330,18 +344,17 @@ PNCCL_ALIAS(ncclRedOpDestroy)
 // ---- collectives ----
 NCCL_ABI ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  CHECK_OP(op, o)
-  STREAM(stream, s)
-  return map(hetcommAllReduce(sendbuff, recvbuff, count, t, o, H(comm), s));
+  return checkedCall(datatype, &op, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommAllReduce(sendbuff, recvbuff, count, t, o, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclAllReduce)
 
 NCCL_ABI ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     int root, ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  STREAM(stream, s)
-  return map(hetcommBroadcast(sendbuff, recvbuff, count, t, root, H(comm), s));
+  return checkedCall(datatype, nullptr, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommBroadcast(sendbuff, recvbuff, count, t, root, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclBroadcast)
 
@@ -353,51 +366,49 @@ PNCCL_ALIAS(ncclBcast)
 
 NCCL_ABI ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  CHECK_OP(op, o)
-  STREAM(stream, s)
-  return map(hetcommReduce(sendbuff, recvbuff, count, t, o, root, H(comm), s));
+  return checkedCall(datatype, &op, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommReduce(sendbuff, recvbuff, count, t, o, root, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclReduce)
 
 NCCL_ABI ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                                     ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  STREAM(stream, s)
-  return map(hetcommAllGather(sendbuff, recvbuff, sendcount, t, H(comm), s));
+  return checkedCall(datatype, nullptr, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommAllGather(sendbuff, recvbuff, sendcount, t, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclAllGather)
 
 NCCL_ABI ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                         ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  CHECK_OP(op, o)
-  STREAM(stream, s)
-  return map(hetcommReduceScatter(sendbuff, recvbuff, recvcount, t, o, H(comm), s));
+  return checkedCall(datatype, &op, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommReduceScatter(sendbuff, recvbuff, recvcount, t, o, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclReduceScatter)
 
 NCCL_ABI ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclComm_t comm, cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  STREAM(stream, s)
-  return map(hetcommAlltoAll(sendbuff, recvbuff, count, t, H(comm), s));
+  return checkedCall(datatype, nullptr, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommAlltoAll(sendbuff, recvbuff, count, t, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclAlltoAll)
 
 NCCL_ABI ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  STREAM(stream, s)
-  return map(hetcommSend(sendbuff, count, t, peer, H(comm), s));
+  return checkedCall(datatype, nullptr, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommSend(sendbuff, count, t, peer, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclSend)
 
 NCCL_ABI ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                cudaStream_t stream) {
-  CHECK_TYPE(datatype, t)
-  STREAM(stream, s)
-  return map(hetcommRecv(recvbuff, count, t, peer, H(comm), s));
+  return checkedCall(datatype, nullptr, stream, [&](hetcommDataType_t t, hetcommRedOp_t o, hetcommStream_t s) {
+    return hetcommRecv(recvbuff, count, t, peer, H(comm), s);
+  });
 }
 PNCCL_ALIAS(ncclRecv)
 
