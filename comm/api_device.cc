@@ -192,6 +192,69 @@ class HostCopies final : public staging::CopyEngine {
   std::byte* recv_;
 };
 
+// A job's two internal streams and its per-slot events, kept for the next job on the same device: creating them
+// would cost every call tens of microseconds. Streams come back idle (the job synchronized them).
+struct CopyStreams {
+  int device = -1;
+  cu::StreamHandle in = nullptr, out = nullptr;
+  std::vector<cu::EventHandle> inEv, outEv;
+};
+
+class CopyStreamPool {
+ public:
+  Result<std::unique_ptr<CopyStreams>> take(cu::Runtime& rt, int device, int slots) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = 0; i < free_.size(); ++i)
+        if (free_[i]->device == device && static_cast<int>(free_[i]->inEv.size()) == slots) {
+          auto r = std::move(free_[i]);
+          free_.erase(free_.begin() + static_cast<long>(i));
+          return r;
+        }
+    }
+    auto r = std::make_unique<CopyStreams>();
+    r->device = device;
+    r->inEv.assign(static_cast<size_t>(slots), nullptr);
+    r->outEv.assign(static_cast<size_t>(slots), nullptr);
+    Status st = rt.streamCreate(&r->in);
+    if (st.ok()) st = rt.streamCreate(&r->out);
+    for (auto& e : r->inEv)
+      if (st.ok()) st = rt.eventCreate(&e);
+    for (auto& e : r->outEv)
+      if (st.ok()) st = rt.eventCreate(&e);
+    if (!st.ok()) {
+      destroy(rt, *r);
+      return st;
+    }
+    return r;
+  }
+  void give(cu::Runtime& rt, std::unique_ptr<CopyStreams> r, bool healthy) {
+    if (!healthy) {  // a failed copy may have left work queued: never reuse
+      destroy(rt, *r);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(std::move(r));
+  }
+
+ private:
+  static void destroy(cu::Runtime& rt, CopyStreams& r) {
+    for (auto e : r.inEv)
+      if (e) (void)rt.eventDestroy(e);
+    for (auto e : r.outEv)
+      if (e) (void)rt.eventDestroy(e);
+    if (r.in) (void)rt.streamDestroy(r.in);
+    if (r.out) (void)rt.streamDestroy(r.out);
+  }
+  std::mutex mu_;
+  std::vector<std::unique_ptr<CopyStreams>> free_;
+};
+
+CopyStreamPool& copyStreams() {
+  static auto* p = new CopyStreamPool;
+  return *p;
+}
+
 class CudaCopies final : public staging::CopyEngine {
  public:
   CudaCopies(cu::Runtime& rt, const staging::Layout& l, SlotMap m, const void* send, void* recv, int slots)
@@ -200,44 +263,38 @@ class CudaCopies final : public staging::CopyEngine {
         m_(m),
         send_(static_cast<const std::byte*>(send)),
         recv_(static_cast<std::byte*>(recv)),
-        inEv_(slots, nullptr),
-        outEv_(slots, nullptr),
+        slots_(slots),
         outUsed_(slots, false) {}
   ~CudaCopies() override {
-    for (auto e : inEv_)
-      if (e) (void)rt_.eventDestroy(e);
-    for (auto e : outEv_)
-      if (e) (void)rt_.eventDestroy(e);
-    if (in_) (void)rt_.streamDestroy(in_);
-    if (out_) (void)rt_.streamDestroy(out_);
+    if (res_) copyStreams().give(rt_, std::move(res_), finished_);
   }
   // Both streams start after `after` (the user's work before the call).
-  Status init(cu::EventHandle after) {
-    HC_TRY(rt_.streamCreate(&in_));
-    HC_TRY(rt_.streamCreate(&out_));
-    for (auto& e : inEv_) HC_TRY(rt_.eventCreate(&e));
-    for (auto& e : outEv_) HC_TRY(rt_.eventCreate(&e));
+  Status init(int device, cu::EventHandle after) {
+    HC_ASSIGN_OR_RETURN(res_, copyStreams().take(rt_, device, slots_));
+    in_ = res_->in;
+    out_ = res_->out;
     HC_TRY(rt_.streamWaitEvent(in_, after));
     return rt_.streamWaitEvent(out_, after);
   }
   Status copyIn(int chunk, int slot) override {
-    if (outUsed_[slot]) HC_TRY(rt_.streamWaitEvent(in_, outEv_[slot]));
+    if (outUsed_[slot]) HC_TRY(rt_.streamWaitEvent(in_, res_->outEv[slot]));
     const auto& c = l_.chunks[chunk].in;
     if (!c.empty())
       HC_TRY(copy(m_.sendArea(slot) + c.stageOffset, c.stagePitch, send_ + c.userOffset, c.userPitch, c, in_));
-    return rt_.eventRecord(inEv_[slot], in_);
+    return rt_.eventRecord(res_->inEv[slot], in_);
   }
-  Status waitIn(int chunk) override { return rt_.eventSynchronize(inEv_[chunk % inEv_.size()]); }
+  Status waitIn(int chunk) override { return rt_.eventSynchronize(res_->inEv[chunk % slots_]); }
   Status copyOut(int chunk, int slot) override {
     const auto& c = l_.chunks[chunk].out;
     if (!c.empty())
       HC_TRY(copy(recv_ + c.userOffset, c.userPitch, m_.recvArea(slot) + c.stageOffset, c.stagePitch, c, out_));
     outUsed_[slot] = true;
-    return rt_.eventRecord(outEv_[slot], out_);
+    return rt_.eventRecord(res_->outEv[slot], out_);
   }
   Status finish() override {
     Status a = rt_.streamSynchronize(out_);
     Status b = rt_.streamSynchronize(in_);
+    finished_ = a.ok() && b.ok();
     return a.ok() ? b : a;
   }
 
@@ -252,9 +309,11 @@ class CudaCopies final : public staging::CopyEngine {
   SlotMap m_;
   const std::byte* send_;
   std::byte* recv_;
+  int slots_;
+  std::unique_ptr<CopyStreams> res_;
   cu::StreamHandle in_ = nullptr, out_ = nullptr;
-  std::vector<cu::EventHandle> inEv_, outEv_;
   std::vector<bool> outUsed_;
+  bool finished_ = false;  // both streams synchronized without error: they may serve another job
 };
 
 }  // namespace
@@ -372,7 +431,7 @@ void StagedJob::run() {
     std::unique_ptr<staging::CopyEngine> copies;
     if (rt) {
       auto c = std::make_unique<CudaCopies>(*rt, layout, SlotMap(layout, mem.p), send, recv, slots);
-      st = c->init(after);
+      st = c->init(device, after);
       copies = std::move(c);
     } else {
       copies = std::make_unique<HostCopies>(layout, SlotMap(layout, mem.p), send, recv);
