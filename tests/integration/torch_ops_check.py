@@ -8,6 +8,7 @@ every result is exact in every dtype and hetcomm's must equal gloo's bit for bit
 or the dtype (reduce_scatter, AVG, bfloat16, bool), the expected result is computed from every rank's inputs,
 which each rank can rebuild. Prints one line per check that failed and exits 1 if any did.
 """
+import os
 import sys
 from datetime import timedelta
 
@@ -231,4 +232,5 @@ check("all_reduce after refusals", t, torch.full((3,), float(world)))
 
 dist.destroy_process_group()
 print(f"rank {rank}: {'FAILED ' + str(len(failures)) if failures else 'all checks passed'} ({checks} checks)", flush=True)
-sys.exit(1 if failures else 0)
+sys.stderr.flush()
+os._exit(1 if failures else 0)  # past torch 1.13's gloo threads at finalization: see torch_ddp_check.py
