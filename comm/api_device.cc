@@ -476,9 +476,10 @@ Result<Staging> stagingFor(const void* send, size_t sendBytes, const void* recv,
   Staging out;
   int device = -1;
   bool devBuf = false;
+  const bool cudaLoaded = cu::cudaInUse();
   for (auto [p, n, name] : {std::tuple{send, sendBytes, "sendbuff"}, std::tuple{recv, recvBytes, "recvbuff"}}) {
     if (!p) continue;
-    HC_ASSIGN_OR_RETURN(cu::BufferInfo info, cu::classifyBuffer(p, n, name));
+    HC_ASSIGN_OR_RETURN(cu::BufferInfo info, cu::classifyBuffer(p, n, name, cudaLoaded));
     if (info.kind == cu::MemoryKind::kDevice) {
       devBuf = true;
       device = info.device;

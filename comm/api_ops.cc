@@ -39,15 +39,11 @@ Status submit(Communicator* c, const std::shared_ptr<Op>& op) {
       s->last = op;
       return st;
     }
-    op->error = st;
-    op->state.store(Op::kFailed, std::memory_order_release);
+    op->failUnqueued(st);
     return st;
   }
   Status st = alreadyLogged(c->enqueue(op));
-  if (!st.ok()) {  // never queued: mark it finished
-    op->error = st;
-    op->state.store(Op::kFailed, std::memory_order_release);
-  }
+  if (!st.ok()) op->failUnqueued(st);
   return st;
 }
 
@@ -155,7 +151,7 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   coll::P2pOp p;
   p.isSend = isSend;
   p.peer = peer;
-  p.bytes = count * kernels::sizeOf(static_cast<kernels::DataType>(dtype));
+  p.bytes = bytes;
   p.seq = c->nextP2pSeq(peer, isSend);
   auto op = std::make_shared<Op>();
   op->args.kind = coll::CollKind::kSendRecv;
@@ -234,8 +230,7 @@ Status groupEnd() {
     if (st.ok()) {
       st = submit(p.comm, p.op);
     } else {  // never queued: finished, so that a staging job feeding it stops
-      p.op->error = st;
-      p.op->state.store(Op::kFailed, std::memory_order_release);
+      p.op->failUnqueued(st);
     }
     if (!st.ok()) {
       if (first.ok()) first = st;

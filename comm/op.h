@@ -34,6 +34,11 @@ struct Op {
   std::atomic<int> state{kQueued};
   Status error;  // written before state becomes kFailed
 
+  // The op was refused before it was queued: finished, with why, so nothing waits on it.
+  void failUnqueued(const Status& why) {
+    error = why;
+    state.store(kFailed, std::memory_order_release);
+  }
   bool startable() const { return gates.load(std::memory_order_acquire) == 0 && (!after || after->finished()); }
   bool finished() const {
     int s = state.load(std::memory_order_acquire);

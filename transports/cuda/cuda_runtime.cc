@@ -78,9 +78,13 @@ struct RuntimeLoader {
     std::string tried;
     void* h = nullptr;
     std::string forced = cudartPathParam();
-    const char* names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0",
+    const char* names[] = {"libcudart.so",
+                           "libcudart.so.13",
+                           "libcudart.so.12",
+                           "libcudart.so.11.0",
                            "/usr/local/cuda/lib64/libcudart.so",
-                           "/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12"};
+                           "/usr/local/cuda/lib64/libcudart.so.13",
+                           "/usr/local/cuda/lib64/libcudart.so.12"};
     if (!forced.empty()) {
       h = dlopen(forced.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (!h) {
@@ -159,10 +163,10 @@ std::string Runtime::unavailable() {
   return l.ok ? std::string() : l.why;
 }
 
-Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name) {
+Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name, bool cudaLoaded) {
   BufferInfo info;
   if (!p || bytes == 0) return info;
-  if (!cudaInUse()) {
+  if (!cudaLoaded) {
     if (!mapped(p, bytes))
       return invalidArgument(
           "%s %p (%zu bytes) is not memory this process can read: CUDA is not in use in this process (libcuda.so.1 "

@@ -29,8 +29,13 @@ struct BufferInfo {
   int device = -1;  // the GPU that owns device memory
 };
 
+// Whether CUDA is in use in this process (the driver library is mapped). Cheap after it first says yes; until
+// then one dlopen(RTLD_NOLOAD) per call.
+bool cudaInUse();
+
 // What one buffer argument is. name ("sendbuff") goes into the error. A NULL or empty buffer is host memory.
-Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name);
+// cudaLoaded: cudaInUse(), asked once by a caller that classifies several buffers.
+Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name, bool cudaLoaded);
 
 using StreamHandle = void*;  // cudaStream_t
 using EventHandle = void*;   // cudaEvent_t
@@ -68,7 +73,7 @@ class Runtime {
 
  private:
   friend struct RuntimeLoader;
-  friend Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name);
+  friend Result<BufferInfo> classifyBuffer(const void* p, size_t bytes, const char* name, bool cudaLoaded);
   Status check(int err, const char* what) const;
 
   using Fn = int (*)();
@@ -93,8 +98,5 @@ class Runtime {
   int (*hostGetDevicePointer_)(void**, void*, unsigned) = nullptr;
   int (*waitValue32_)(StreamHandle, uint64_t, uint32_t, unsigned) = nullptr;  // driver API (CUresult)
 };
-
-// Whether CUDA is in use in this process (the driver library is mapped). Cheap after the first call.
-bool cudaInUse();
 
 }  // namespace hetcomm::transports::cuda
