@@ -130,6 +130,41 @@ hetcommResult_t hetcommCommSplit(hetcommComm_t comm, int color, int key, hetcomm
   });
 }
 
+hetcommResult_t hetcommCommShrink(hetcommComm_t comm, const int* excludeRanks, int excludeCount,
+                                  hetcommComm_t* newcomm, hetcommConfig_t* config, int shrinkFlags) {
+  return guard("hetcommCommShrink", [&]() -> Status {
+    if (!newcomm) return hetcomm::invalidArgument("newcomm is NULL");
+    *newcomm = nullptr;
+    if (excludeCount < 0) return hetcomm::invalidArgument("excludeCount %d is negative", excludeCount);
+    if (excludeCount > 0 && !excludeRanks)
+      return hetcomm::invalidArgument("excludeRanks is NULL but excludeCount is %d", excludeCount);
+    if (shrinkFlags != HETCOMM_SHRINK_DEFAULT && shrinkFlags != HETCOMM_SHRINK_ABORT)
+      return hetcomm::invalidArgument("shrinkFlags %d: HETCOMM_SHRINK_DEFAULT (0) or HETCOMM_SHRINK_ABORT (1)",
+                                      shrinkFlags);
+    HC_ASSIGN_OR_RETURN(Communicator * c, initializedComm(comm));
+    CommOptions options = c->options();
+    if (config) {
+      HC_ASSIGN_OR_RETURN(options, optionsFrom(config));
+    }
+    std::vector<int> exclude(excludeRanks, excludeRanks + excludeCount);
+    std::unique_ptr<Communicator> child;
+    HC_TRY(c->shrink(exclude, shrinkFlags == HETCOMM_SHRINK_ABORT, options, &child));
+    Communicator* raw = child.release();
+    registerComm(raw);
+    *newcomm = reinterpret_cast<hetcommComm_t>(raw);
+    return hetcomm::okStatus();
+  });
+}
+
+hetcommResult_t hetcommCommRevoke(hetcommComm_t comm, int revokeFlags) {
+  return guard("hetcommCommRevoke", [&]() -> Status {
+    if (revokeFlags != 0) return hetcomm::invalidArgument("revokeFlags %d must be 0", revokeFlags);
+    HC_ASSIGN_OR_RETURN(Communicator * c, initializedComm(comm));
+    c->revoke();
+    return hetcomm::okStatus();
+  });
+}
+
 hetcommResult_t hetcommCommFinalize(hetcommComm_t comm) {
   return guard("hetcommCommFinalize", [&]() -> Status {
     HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));

@@ -68,6 +68,8 @@ bool isLiveComm(const void* c);
 Result<Communicator*> liveComm(hetcommComm_t handle, const char* what = "comm");
 // A communicator that can take operations now.
 Result<Communicator*> readyComm(hetcommComm_t handle);
+// The same, but a communicator that failed (a lost peer, a revoke) is fine: for shrink, revoke.
+Result<Communicator*> initializedComm(hetcommComm_t handle);
 Stream* createStream();
 void destroyStream(Stream* s);
 Result<Stream*> streamOf(hetcommStream_t s);

@@ -45,6 +45,12 @@ Result<Communicator*> liveComm(hetcommComm_t handle, const char* what) {
 }
 
 Result<Communicator*> readyComm(hetcommComm_t handle) {
+  HC_ASSIGN_OR_RETURN(Communicator * c, initializedComm(handle));
+  HC_TRY(alreadyLogged(c->asyncError()));
+  return c;
+}
+
+Result<Communicator*> initializedComm(hetcommComm_t handle) {
   HC_ASSIGN_OR_RETURN(Communicator * c, liveComm(handle));
   switch (c->state()) {
     case Communicator::kInitializing:
@@ -56,7 +62,6 @@ Result<Communicator*> readyComm(hetcommComm_t handle) {
     case Communicator::kReady:
       break;
   }
-  HC_TRY(alreadyLogged(c->asyncError()));
   return c;
 }
 

@@ -39,15 +39,6 @@ constexpr uint32_t kDeadlineCheckEvery = 16;
 // to it while it weighs other plans (a 1024-rank plan search asks about some hundreds of groups).
 constexpr size_t kPredictedGroups = 1024;
 
-// A child communicator's id: the same on every member, different for every split and color.
-uint64_t mixId(uint64_t parent, uint64_t seq, int64_t color) {
-  uint64_t x = parent ^ (seq * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(color) * 0xbf58476d1ce4e5b9ull);
-  x ^= x >> 31;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 29;
-  return x ? x : 1;
-}
-
 struct Descriptor {
   uint8_t kind, dtype, op, pad;
   int32_t root;
@@ -70,6 +61,14 @@ bool isReduction(coll::CollKind k) {
 }
 
 }  // namespace
+
+uint64_t childCommId(uint64_t parent, uint64_t seq, int64_t color) {
+  uint64_t x = parent ^ (seq * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(color) * 0xbf58476d1ce4e5b9ull);
+  x ^= x >> 31;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 29;
+  return x ? x : 1;
+}
 
 Communicator::Communicator(int rank, int nranks, CommOptions options)
     : rank_(rank), nranks_(nranks), options_(std::move(options)) {
@@ -191,7 +190,7 @@ Status Communicator::split(int color, int key, const CommOptions& options, std::
   child->setHostsStore(hostsStore_);
   HC_INFO(Init, "split #%llu: color %d key %d -> rank %d of %zu", (unsigned long long)seq, color, key, newRank,
           members.size());
-  HC_TRY(child->init(id_, mixId(commId_, seq, color)));
+  HC_TRY(child->init(id_, childCommId(commId_, seq, color)));
   *out = std::move(child);
   return okStatus();
 }

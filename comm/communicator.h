@@ -39,6 +39,9 @@ struct CommOptions {
   std::string name;         // config commName, for logs
 };
 
+// A child communicator's id (split, shrink): the same on every member, different for every call and color.
+uint64_t childCommId(uint64_t parent, uint64_t seq, int64_t color);
+
 class Communicator {
  public:
   enum State : int { kInitializing, kReady, kInitFailed, kFinalized };
@@ -57,6 +60,15 @@ class Communicator {
   bool isModel() const { return model_; }
   // Collective over this communicator; *out is null for HETCOMM_SPLIT_NOCOLOR.
   Status split(int color, int key, const CommOptions& options, std::unique_ptr<Communicator>* out);
+  // Collective over the ranks that go on (communicator_shrink.cc): the survivors agree, through the store, on
+  // who is left (every rank but those excluded by any caller, those whose process is gone, and those that did not
+  // come within the timeout) and build a communicator of them, in the order of their ranks here. abortFirst fails
+  // this communicator's queued and running operations first (HETCOMM_SHRINK_ABORT).
+  Status shrink(const std::vector<int>& exclude, bool abortFirst, const CommOptions& options,
+                std::unique_ptr<Communicator>* out);
+  // Fails every queued and running operation and every later one, tells the peers, and returns when none is left
+  // running; the communicator stays, to be shrunk or destroyed (hetcommCommRevoke).
+  void revoke();
 
   // Queues op (validated by the caller). Returns the comm's sticky error instead if it has one.
   Status enqueue(std::shared_ptr<Op> op);
@@ -129,6 +141,11 @@ class Communicator {
   Status choosePairs(InitState& s);
   void routeTcpPaths(InitState& s);
   Status connectPeers(InitState& s, Deadline deadline);
+  Status publishLiveness();
+  std::string livenessKey(int rank) const;
+  Result<std::vector<int>> agreeOnSurvivors(const std::string& prefix, const std::vector<int>& exclude,
+                                            Deadline deadline);
+  Result<std::vector<int>> decideSurvivors(const std::string& prefix, std::vector<char> excluded, Deadline deadline);
   Status joinEngine();
   void logInit(const InitState& s) const;
   void logAlgorithmTable() const;
@@ -190,6 +207,7 @@ class Communicator {
   uint64_t collSeq_ = 0;
   std::vector<uint32_t> sendSeq_, recvSeq_;
   uint64_t splitSeq_ = 0;
+  uint64_t shrinkSeq_ = 0;
 
   // Engine thread only.
   std::shared_ptr<Op> current_;

@@ -201,6 +201,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   InitState s;
   HC_TRY(listenAll(s));
   HC_TRY(exchangeRecords(s, deadline));
+  HC_TRY(publishLiveness());
   HC_TRY(choosePairs(s));
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));

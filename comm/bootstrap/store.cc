@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/io_context.hpp>
@@ -101,6 +102,27 @@ struct StoreServer::Impl {
     for (auto it = lo; it != hi; ++it) it->second->cancel();
   }
 
+  // The keys one connection owns (kOwn). When the connection's coroutine ends, for whatever reason, each goes and
+  // "<key>/gone" appears in its place, waking whoever waits for it. Not while the store shuts down: then the maps
+  // may already be gone (`open` outlives them).
+  struct Owned {
+    Impl* impl;
+    std::shared_ptr<bool> open;
+    std::vector<std::string> keys;
+    ~Owned() {
+      if (!*open) return;
+      for (const std::string& key : keys) {
+        if (auto it = impl->data.find(key); it != impl->data.end()) {
+          impl->heldBytes -= it->second.size();
+          impl->data.erase(it);
+        }
+        impl->store(key + kGoneSuffix, {});
+        impl->wake(key + kGoneSuffix);
+      }
+    }
+  };
+  std::shared_ptr<bool> open = std::make_shared<bool>(true);
+
   asio::awaitable<void> serve(tcp::socket sock) {
     boost::system::error_code ec;
     auto redirect = asio::redirect_error(asio::use_awaitable, ec);
@@ -133,6 +155,16 @@ struct StoreServer::Impl {
     deadline.disarm();
     if (deadline.expired()) co_return;  // it fired just as the proof arrived: the socket is closed
     pending.done();
+    // A peer's host that dies without closing (power, kernel panic) ends the connection, and releases what it
+    // owns, after about 10 + 3 x 2 s, not the kernel's two hours.
+    {
+      int fd = sock.native_handle(), on = 1, idle = 10, interval = 2, count = 3;
+      setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+      setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+    }
+    Owned owned{this, open, {}};
     Welcome welcome;
     welcome.mac = crypto::prove(secret, proof.nonce, "store-server");
     co_await asio::async_write(sock, asio::buffer(&welcome, sizeof(welcome)), redirect);
@@ -140,7 +172,7 @@ struct StoreServer::Impl {
       ReqHeader h;
       co_await asio::async_read(sock, asio::buffer(&h, sizeof(h)), redirect);
       if (ec) break;
-      if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kCreate) {
+      if (h.keyLen > kMaxKey || h.valueLen > kMaxValue || h.op < kSet || h.op > kLastOp) {
         HC_WARN(
             "store: malformed request from %s (op %u, key %u bytes, value %llu bytes; at most %u and %llu); "
             "closing",
@@ -160,9 +192,16 @@ struct StoreServer::Impl {
       }
       std::vector<std::byte> out;
       uint8_t status = kReplyOk;
-      if (h.op == kSet) {
+      if (h.op == kSet || h.op == kOwn) {
+        if (h.op == kOwn && std::find(owned.keys.begin(), owned.keys.end(), key) == owned.keys.end())
+          owned.keys.push_back(key);
         store(key, std::move(value));
         wake(key);
+      } else if (h.op == kTryGet) {
+        if (auto it = data.find(key); it != data.end())
+          out = it->second;
+        else
+          status = kReplyMissing;
       } else if (h.op == kCreate) {
         if (data.count(key)) {
           status = kReplyExists;
@@ -241,6 +280,7 @@ StoreServer::~StoreServer() {
   asio::post(impl_->io, [impl = impl_.get()] {
     boost::system::error_code ec;
     impl->acceptor.close(ec);
+    *impl->open = false;
     for (auto& [key, timer] : impl->waiters) timer->cancel();
     impl->io.stop();
   });
@@ -429,6 +469,7 @@ Status StoreClient::request(uint8_t op, const std::string& key, const std::vecto
   std::string what = "waiting for key " + key;
   if (st.ok()) st = recvAll(fd_, &rh, sizeof(rh), deadline, where_, what.c_str());
   if (st.ok() && rh.status == kReplyExists && rh.len == 0) return Status(Code::kInvalidUsage, "exists");
+  if (st.ok() && rh.status == kReplyMissing && rh.len == 0) return Status(Code::kInvalidArgument, "missing");
   if (st.ok() && (rh.status != kReplyOk || rh.len > kMaxValue))
     st = remoteError("store at %s: bad reply", where_.c_str());
   if (st.ok()) {
@@ -452,6 +493,27 @@ Result<std::vector<std::byte>> StoreClient::get(const std::string& key, Deadline
   std::vector<std::byte> reply;
   HC_TRY(request(kGet, key, {}, deadline, &reply));
   return reply;
+}
+
+Status StoreClient::own(const std::string& key, const std::vector<std::byte>& value) {
+  std::vector<std::byte> reply;
+  return request(kOwn, key, value, Deadline::afterSec(60), &reply);
+}
+
+Result<std::optional<std::vector<std::byte>>> StoreClient::tryGet(const std::string& key) {
+  std::vector<std::byte> reply;
+  Status st = request(kTryGet, key, {}, Deadline::afterSec(60), &reply);
+  if (st.code() == Code::kInvalidArgument && st.message() == "missing") return std::optional<std::vector<std::byte>>();
+  HC_TRY(st);
+  return std::optional<std::vector<std::byte>>(std::move(reply));
+}
+
+Result<bool> StoreClient::create(const std::string& key, const std::vector<std::byte>& value) {
+  std::vector<std::byte> reply;
+  Status st = request(kCreate, key, value, Deadline::afterSec(60), &reply);
+  if (st.code() == Code::kInvalidUsage && st.message() == "exists") return false;
+  HC_TRY(st);
+  return true;
 }
 
 Result<int64_t> StoreClient::add(const std::string& key, int64_t delta) {

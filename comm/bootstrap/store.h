@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,13 @@ class StoreClient {
   Result<std::vector<std::byte>> get(const std::string& key, Deadline deadline);
   // Adds delta to the integer under key (0 when missing) and returns the new value.
   Result<int64_t> add(const std::string& key, int64_t delta);
+  // Sets the key unless it exists: true when this call set it.
+  Result<bool> create(const std::string& key, const std::vector<std::byte>& value);
+  // Sets the key for as long as this client's connection lasts: when it ends (the process exited, its host went
+  // silent), the store removes the key and sets "<key>/gone" (store_wire::kGoneSuffix).
+  Status own(const std::string& key, const std::vector<std::byte>& value);
+  // The key's value now, or nullopt; never waits.
+  Result<std::optional<std::vector<std::byte>>> tryGet(const std::string& key);
 
   // Helpers built on the three operations. Keys live under prefix.
   Result<std::vector<std::vector<std::byte>>> allGather(const std::string& prefix, int rank, int nranks,

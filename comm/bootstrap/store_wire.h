@@ -49,7 +49,12 @@ struct ReplyHeader {
   uint64_t len;
 };
 // kCreate: set, unless the key exists (then kReplyExists, and the value stays).
-enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCreate = 4 };
-enum Reply : uint8_t { kReplyOk = 0, kReplyBad = 1, kReplyExists = 2 };
+// kOwn: set, and tie the key to this connection: when the connection ends (the client's process exited, or its
+// host went silent past TCP keepalive), the key goes and "<key>/gone" is set. A rank's liveness, for shrink.
+// kTryGet: the value now, or kReplyMissing; never waits.
+enum Op : uint8_t { kSet = 1, kGet = 2, kAdd = 3, kCreate = 4, kOwn = 5, kTryGet = 6 };
+enum Reply : uint8_t { kReplyOk = 0, kReplyBad = 1, kReplyExists = 2, kReplyMissing = 3 };
+constexpr uint8_t kLastOp = kTryGet;
+constexpr const char* kGoneSuffix = "/gone";
 
 }  // namespace hetcomm::comm::store_wire

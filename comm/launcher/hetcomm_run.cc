@@ -69,6 +69,7 @@ struct LaunchOptions {
   std::vector<std::string> exports;  // -x arguments as given
   bool noPrefix = false;
   double graceSec = 3;
+  bool elastic = false;
   std::vector<std::string> program;  // the program and its arguments
 };
 
@@ -119,11 +120,15 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
   app.add_option("--grace", opts.graceSec, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_flag("--elastic", opts.elastic,
+               "A rank that fails does not stop the others (they go on with hetcommCommShrink, as hetcomm-train "
+               "--elastic does); exit 0 when any rank exits 0");
   app.footer(
       "Each rank gets HETCOMM_RANK, HETCOMM_WORLD_SIZE, HETCOMM_LOCAL_RANK, HETCOMM_LOCAL_WORLD_SIZE,\n"
       "HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET and HETCOMM_STORE=external, and torchrun's\n"
       "RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR (rank 0's host) and MASTER_PORT.\n"
-      "When a rank fails the others are stopped and hetcomm-run exits with its code (128 + signal if killed).");
+      "When a rank fails the others are stopped (unless --elastic) and hetcomm-run exits with its code (128 + signal\n"
+      "if killed).");
 
   // The launcher's options end where the program starts: at "--" or at the first word that is neither an option
   // nor an option's value. CLI11 sees only what comes before, so the program's own "-n" or "--help" stay its own.
@@ -319,6 +324,7 @@ int launch(int argc, char** argv) {
   spec.argv = opts.program;
   spec.prefixOutput = !opts.noPrefix;
   spec.graceSec = opts.graceSec;
+  spec.elastic = opts.elastic;
   std::vector<std::string> shared;
   if (!sharedEnvironment(opts.exports, shared)) return kUsageExit;
 

@@ -176,6 +176,8 @@ class Job {
   bool killed_ = false;    // SIGKILL sent
   bool gaveUp_ = false;    // stopped waiting for ranks that survived SIGKILL
   int exitCode_ = 0;
+  bool succeeded_ = false;  // a rank exited 0
+  int firstFailure_ = 0;    // --elastic: the exit code of the first rank that failed
   int stopSignal_ = SIGTERM;
   Deadline killAt_ = Deadline::never();       // stopping: when the stop signal turns into SIGKILL
   Deadline lingerUntil_ = Deadline::never();  // every rank exited; how long what they left running may hold pipes
@@ -267,6 +269,7 @@ int Job::run() {
       lingerUntil_ = Deadline::afterSec(spec_.graceSec);
     }
   }
+  if (spec_.elastic && exitCode_ == 0 && !succeeded_) exitCode_ = firstFailure_;
   return exitCode_;
 }
 
@@ -368,7 +371,20 @@ int exitCodeOf(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 12
 void Job::onRankExit(Rank& rank, int status) {
   HC_INFO(Boot, "hetcomm-run: rank %d (pid %d) ended with wait status 0x%x", rank.index, static_cast<int>(rank.pid),
           static_cast<unsigned>(status));
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) succeeded_ = true;
   if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || stopping_) return;
+  if (spec_.elastic) {
+    // The others go on without it (they shrink their communicators); the job's status is theirs.
+    while (readStream(rank.out)) {
+    }
+    while (readStream(rank.err)) {
+    }
+    if (firstFailure_ == 0) firstFailure_ = exitCodeOf(status);
+    const int others = runningCount();
+    say("rank %d %s; --elastic: the other %d rank%s go%s on", rank.index, describeEnd(status).c_str(), others,
+        plural(others), others == 1 ? "es" : "");
+    return;
+  }
 
   // The first rank to fail is not always the cause: when it exited with an error, look a moment longer for a rank
   // killed by a signal (the peer it lost), and name that one first.

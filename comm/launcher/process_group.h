@@ -19,6 +19,7 @@ struct JobSpec {
   std::vector<std::vector<std::string>> envs;  // one "NAME=VALUE" list per rank; envs.size() is the rank count
   bool prefixOutput = true;                    // "[rank] " before each line; false passes lines unchanged
   double graceSec = 3;                         // between SIGTERM (or the forwarded signal) and SIGKILL
+  bool elastic = false;                        // a rank that fails does not stop the others
   std::vector<int> netnsFds;                   // empty, or per rank a network namespace to enter before exec
 };
 
@@ -35,7 +36,8 @@ std::string resolveProgram(const std::string& program, int* err);
 // Starts every rank, forwards output and signals, stops the job when a rank fails, and returns once every rank has
 // exited and its output is drained. The result is hetcomm-run's exit status: 0 when every rank exited 0; the first
 // failing rank's exit code (128 + signal when killed); 128 + signal when the launcher itself was signalled;
-// 126 or 127 when the program could not be executed.
+// 126 or 127 when the program could not be executed. Elastic: a failing rank is reported and the others go on;
+// 0 when any rank exited 0, else the first failing rank's code.
 int runJob(const JobSpec& spec);
 
 }  // namespace hetcomm::comm

@@ -241,13 +241,18 @@ NCCL_ABI ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
 }
 PNCCL_ALIAS(ncclCommSplit)
 
-NCCL_ABI ncclResult_t ncclCommShrink(ncclComm_t, int*, int, ncclComm_t*, ncclConfig_t*, int) {
-  return refuse(ncclInvalidUsage, "ncclCommShrink is not supported by hetcomm yet");
+NCCL_ABI ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                     ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  static_assert(NCCL_SHRINK_DEFAULT == HETCOMM_SHRINK_DEFAULT && NCCL_SHRINK_ABORT == HETCOMM_SHRINK_ABORT);
+  hetcommConfig_t cfg;
+  if (ncclResult_t r = configFrom(config, &cfg); r != ncclSuccess) return r;
+  return map(hetcommCommShrink(H(comm), excludeRanksList, excludeRanksCount, reinterpret_cast<hetcommComm_t*>(newcomm),
+                               config ? &cfg : nullptr, shrinkFlags));
 }
 PNCCL_ALIAS(ncclCommShrink)
 
-NCCL_ABI ncclResult_t ncclCommRevoke(ncclComm_t, int) {
-  return refuse(ncclInvalidUsage, "ncclCommRevoke is not supported by hetcomm yet (ncclCommAbort is)");
+NCCL_ABI ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return map(hetcommCommRevoke(H(comm), revokeFlags));
 }
 PNCCL_ALIAS(ncclCommRevoke)
 

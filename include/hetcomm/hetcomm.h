@@ -146,6 +146,24 @@ HETCOMM_API hetcommResult_t hetcommCommInitAll(hetcommComm_t* comms, int ndev, c
  * color HETCOMM_SPLIT_NOCOLOR gives *newcomm = NULL. config NULL inherits comm's. */
 HETCOMM_API hetcommResult_t hetcommCommSplit(hetcommComm_t comm, int color, int key, hetcommComm_t* newcomm,
                                              hetcommConfig_t* config);
+/* Going on without lost ranks (NCCL 2.27's ncclCommShrink, MPI ULFM's MPI_Comm_shrink). Every rank that goes on
+ * calls it; a rank in excludeRanks does not. The callers agree through the rendezvous store on who is left: every
+ * rank except those in any caller's excludeRanks, those whose process has ended (the store sees its connection
+ * close; a host that stops answering is noticed by TCP keepalive, in about 16 s), and those that did not call it
+ * within the timeout. *newcomm gets a communicator of them, ranked in their order in comm. comm may have failed
+ * (a peer died); it stays valid and is destroyed as usual. HETCOMM_SHRINK_ABORT fails comm's queued and running
+ * operations first; HETCOMM_SHRINK_DEFAULT lets them end (complete, fail or time out). config NULL inherits
+ * comm's. The store must survive: under hetcomm-run the launcher hosts it; where rank 0's process hosts it
+ * (hetcommGetUniqueId, torchrun-style variables), losing rank 0 ends the job. A rank left out gets
+ * hetcommRemoteError. */
+#define HETCOMM_SHRINK_DEFAULT 0x00
+#define HETCOMM_SHRINK_ABORT 0x01
+HETCOMM_API hetcommResult_t hetcommCommShrink(hetcommComm_t comm, const int* excludeRanks, int excludeCount,
+                                              hetcommComm_t* newcomm, hetcommConfig_t* config, int shrinkFlags);
+/* Fails comm's queued and running operations (hetcommRemoteError, on the peers too) and every later one, and
+ * returns once none runs: comm can then be shrunk or destroyed without waiting on anything (NCCL 2.28's
+ * ncclCommRevoke). revokeFlags must be 0. */
+HETCOMM_API hetcommResult_t hetcommCommRevoke(hetcommComm_t comm, int revokeFlags);
 /* Waits for every queued operation of comm, then for every rank to reach finalize. */
 HETCOMM_API hetcommResult_t hetcommCommFinalize(hetcommComm_t comm);
 HETCOMM_API hetcommResult_t hetcommCommDestroy(hetcommComm_t comm);
