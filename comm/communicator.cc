@@ -233,6 +233,9 @@ Status Communicator::enqueue(std::shared_ptr<Op> op) {
 }
 
 bool Communicator::idle() {
+  // A failure from outside (revoke, a staging copy) is work too: the engine must pass over the communicator to
+  // fail it, and whoever waits for it to be idle waits for that.
+  if (outsideFailure_.load(std::memory_order_acquire)) return false;
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.empty() && !busy_;
 }
@@ -373,13 +376,14 @@ void Communicator::failFromOutside(const Status& why) {
 
 bool Communicator::progressOnce() {
   log::ScopedRank scope(rank_, name());
-  if (outsideFailure_.exchange(false, std::memory_order_acq_rel)) {
+  if (outsideFailure_.load(std::memory_order_acquire)) {
     Status why;
     {
       std::lock_guard<std::mutex> lock(mu_);
       why = outsideError_;
     }
     fail(why);
+    outsideFailure_.store(false, std::memory_order_release);  // after fail(): idle() stays false until it took
   }
   if (failed_.load(std::memory_order_acquire)) {
     std::deque<std::shared_ptr<Op>> drop;

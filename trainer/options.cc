@@ -1,6 +1,8 @@
 #include "trainer/options.h"
 
 #include <CLI/CLI.hpp>
+#include <type_traits>
+#include <utility>
 
 namespace hetcomm::trainer {
 
@@ -34,6 +36,10 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
   app.add_option("--checkpoint-dir", o.checkpointDir, "where checkpoints go");
   app.add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints (0: only at the end)");
   app.add_option("--resume", o.resume, "checkpoint file to continue from");
+  app.add_flag(
+      "--elastic", o.elastic,
+      "when a rank is lost, the others shrink the world (hetcommCommShrink) and go on from the newest "
+      "checkpoint under a plan for the ranks left (needs a checkpoint dir; start under hetcomm-run --elastic)");
   app.add_option("--log-json", o.logJson, "write one JSON object per step to this file");
   app.add_option("--summary-json", o.summaryJson,
                  "write the run's summary (throughput; the measured step and, with --predict or --plan auto, the "
@@ -97,6 +103,25 @@ Result<TrainConfig> configFrom(const Options& o) {
   if (!o.checkpointDir.empty()) cfg.checkpointDir = o.checkpointDir;
   if (auto ok = validate(cfg, 1, "config " + o.config + " with the command line"); !ok) return ok.error();
   return cfg;
+}
+
+void adaptToSurvivors(Options& o, const std::vector<int32_t>& survivors, int oldWorld) {
+  auto keep = [&](auto& perRank) {
+    if (static_cast<int>(perRank.size()) != oldWorld) return;
+    std::remove_reference_t<decltype(perRank)> left;
+    for (int32_t r : survivors) left.push_back(perRank[r]);
+    perRank = std::move(left);
+  };
+  keep(o.memoryLimits);
+  if (!(o.deviceSpeeds.size() == 1 && o.deviceSpeeds[0] == "topo")) keep(o.deviceSpeeds);
+  const int world = static_cast<int>(survivors.size());
+  if (!o.plan.empty() && o.plan != "auto") o.plan = "auto";
+  if (o.plan.empty() && world % (o.tp * o.pp) != 0) {
+    o.plan = "auto";
+    o.tp = o.pp = 1;
+  }
+  if (o.plan == "auto") o.tp = o.pp = 1;
+  o.appendLog = true;  // the steps before the loss stay in the log, then the resumed ones follow
 }
 
 }  // namespace hetcomm::trainer

@@ -35,11 +35,19 @@ struct Options {
   int planTop = 3;                   // --plan auto: plans shown
   int planMaxTp = 0, planMaxPp = 0;  // --plan auto: the largest TP degree and pipeline depth (0: any)
   bool predict = false;              // --predict: the planner's prediction for the plan, against the measured step
+  bool elastic = false;              // --elastic: a lost rank shrinks the world; the run goes on from a checkpoint
+  bool appendLog = false;            // --log-json continues the file (set by --elastic after a shrink)
 };
 
 // Parses argv. Returns the options, or the exit code when the program should stop (--help: 0, a bad option: the
 // usage error, already printed by CLI11).
 std::variant<Options, int> parseCommandLine(int argc, char** argv);
+
+// --elastic, after a shrink: the options for the ranks left (survivors: their ranks in the old world, in their new
+// order; oldWorld: its size). Per-rank lists (--memory-limits, numeric --device-speeds) keep the survivors'
+// entries; a plan file (written for the old world) gives way to --plan auto, and so do --tp/--pp when tp x pp no
+// longer divides the world.
+void adaptToSurvivors(Options& o, const std::vector<int32_t>& survivors, int oldWorld);
 
 // The config file with the command line's overrides (validated with data-parallel size 1; the plan's checks come
 // later).

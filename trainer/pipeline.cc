@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "trainer/data_parallel.h"
+#include "trainer/elastic.h"
 
 namespace hetcomm::trainer {
 
@@ -38,6 +39,7 @@ class CommTp final : public TpGroup {
 Result<hetcommComm_t> split(hetcommComm_t world, int color, int key) {
   hetcommComm_t out = nullptr;
   TRY_HC(hetcommCommSplit(world, color, key, &out, nullptr), world);
+  trackComm(out);
   return out;
 }
 
@@ -79,6 +81,7 @@ Result<std::unique_ptr<HybridGroups>> HybridGroups::create(hetcommComm_t world, 
 HybridGroups::~HybridGroups() {
   for (hetcommComm_t c : {tp_, dp_, tied_, fwd_, bwd_})
     if (c) {
+      forgetComm(c);
       hetcommCommFinalize(c);
       hetcommCommDestroy(c);
     }

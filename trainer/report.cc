@@ -66,12 +66,13 @@ void printStartup(const StartupInfo& s) {
   std::printf("%s", s.memoryLine.c_str());
 }
 
-Result<std::unique_ptr<StepLog>> StepLog::open(const std::string& jsonPath, bool progress, int64_t logEvery) {
+Result<std::unique_ptr<StepLog>> StepLog::open(const std::string& jsonPath, bool progress, int64_t logEvery,
+                                               bool append) {
   auto log = std::unique_ptr<StepLog>(new StepLog);
   log->progress_ = progress && isatty(STDOUT_FILENO);
   log->logEvery_ = logEvery;
   if (!jsonPath.empty()) {
-    log->json_ = std::make_unique<std::ofstream>(jsonPath, std::ios::trunc);
+    log->json_ = std::make_unique<std::ofstream>(jsonPath, append ? std::ios::app : std::ios::trunc);
     if (!*log->json_) return Error{.source = "--log-json", .detail = "cannot write " + jsonPath};
   }
   return log;

@@ -52,7 +52,9 @@ struct StepRecord {
 class StepLog {
  public:
   // jsonPath "": no JSON. Errors: a JSON file that cannot be written.
-  static Result<std::unique_ptr<StepLog>> open(const std::string& jsonPath, bool progress, int64_t logEvery);
+  // append: after the file's lines (hetcomm-train --elastic going on after a shrink), else from empty.
+  static Result<std::unique_ptr<StepLog>> open(const std::string& jsonPath, bool progress, int64_t logEvery,
+                                               bool append = false);
   void record(const StepRecord& r, double etaS);
   void clearProgress();
 

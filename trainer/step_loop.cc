@@ -29,7 +29,7 @@ void Training::State::saveCheckpoint(int64_t atStep) {
   st.v = wholeOnLead(check(rank, dp->gatherOwned(adam->v())));
   if (!lead) return;
   std::filesystem::create_directories(cfg.checkpointDir);
-  const std::string path = cfg.checkpointDir + "/step" + std::to_string(atStep) + ".safetensors";
+  const std::string path = checkpointPath(cfg.checkpointDir, atStep);
   check(rank, saveTrainState(path, *full, st, cfg));
   std::printf("checkpoint: %s\n", path.c_str());
 }
@@ -80,7 +80,7 @@ static Result<void> sumTiedCopies(const ParamLayout& layout, float* grads, hetco
 
 void Training::State::run() {
   std::unique_ptr<StepLog> log;
-  if (lead) log = check(rank, StepLog::open(o.logJson, o.progress, cfg.logEvery));
+  if (lead) log = check(rank, StepLog::open(o.logJson, o.progress, cfg.logEvery, o.appendLog));
   const int T = cfg.model.seqLen;
   const double tokensPerStep = double(cfg.globalBatch) * T;
   const float lossScale = static_cast<float>(1.0 / tokensPerStep);

@@ -1,9 +1,12 @@
 #include "trainer/train_state.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <type_traits>
 
 #include "trainer/checkpoint.h"
@@ -94,6 +97,27 @@ Result<TrainState> loadTrainState(const std::string& path, const ParamLayout& la
     }
   }
   return s;
+}
+
+std::string checkpointPath(const std::string& dir, int64_t step) {
+  return dir + "/step" + std::to_string(step) + ".safetensors";
+}
+
+int64_t newestCheckpointStep(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  int64_t newest = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    constexpr std::string_view kHead = "step", kTail = ".safetensors";
+    if (name.size() <= kHead.size() + kTail.size() || name.rfind(kHead, 0) != 0 ||
+        name.compare(name.size() - kTail.size(), kTail.size(), kTail) != 0)
+      continue;
+    const std::string digits = name.substr(kHead.size(), name.size() - kHead.size() - kTail.size());
+    if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    newest = std::max<int64_t>(newest, std::stoll(digits));
+  }
+  return newest;
 }
 
 }  // namespace hetcomm::trainer

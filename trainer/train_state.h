@@ -29,4 +29,9 @@ Result<void> saveTrainState(const std::string& path, const ParamLayout& layout, 
 // names the file and what was wrong.
 Result<TrainState> loadTrainState(const std::string& path, const ParamLayout& layout, const TrainConfig& cfg);
 
+// Where the trainer keeps the checkpoint after `step` steps: dir/step<step>.safetensors.
+std::string checkpointPath(const std::string& dir, int64_t step);
+// The largest step with a checkpoint in dir (temporary files of an interrupted write do not count); 0 when none.
+int64_t newestCheckpointStep(const std::string& dir);
+
 }  // namespace hetcomm::trainer

@@ -25,6 +25,7 @@
 #include "trainer/data.h"
 #include "trainer/data_parallel.h"
 #include "trainer/devices.h"
+#include "trainer/elastic.h"
 #include "trainer/emulated_stage.h"
 #include "trainer/lr_schedule.h"
 #include "trainer/memory.h"
@@ -46,7 +47,13 @@ namespace nn = hetcomm::kernels::nn;
 using Clock = std::chrono::steady_clock;
 inline double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Under --elastic the run unwinds instead (elastic.h): nothing it made waits on a lost peer, and the program
+// shrinks the world and starts again.
 [[noreturn]] inline void die(int rank, const std::string& message) {
+  if (elastic()) {
+    revokeTracked();
+    throw RankLost{message};
+  }
   std::fprintf(stderr, "hetcomm-train [rank %d]: error: %s\n", rank, message.c_str());
   std::exit(1);
 }

@@ -221,8 +221,8 @@ struct ShmTransport::Impl {
   std::vector<ShmConnection*> conns;                                // owned by the communicator
   std::chrono::steady_clock::time_point nextExitCheck{};
   uint64_t passes = 0;  // progress() calls: the clock is read on every kClockEvery-th only
-  // Fails the connections whose peer process is gone (its pidfd became readable).
-  void checkExits();
+  // Fails the connections whose peer process is gone (its pidfd became readable); true when there was one.
+  bool checkExits();
 };
 
 bool ShmConnection::lateReceiveIsFree(size_t bytes) const { return cmaIn_ && t_->useCma(bytes); }
@@ -770,11 +770,16 @@ Status ShmTransport::progress() {
   return okStatus();
 }
 
-void ShmTransport::Impl::checkExits() {
+bool ShmTransport::Impl::checkExits() {
   epoll_event evs[16];
   int n = epoll_wait(epollFd, evs, 16, 0);
+  bool any = false;
   for (int i = 0; i < n; ++i)
-    if (evs[i].data.ptr) static_cast<ShmConnection*>(evs[i].data.ptr)->peerExited();
+    if (evs[i].data.ptr) {
+      static_cast<ShmConnection*>(evs[i].data.ptr)->peerExited();
+      any = true;
+    }
+  return any;
 }
 
 bool ShmTransport::armForSleep() {
@@ -785,7 +790,9 @@ bool ShmTransport::armForSleep() {
   bool woken = false;
   while (::recv(impl_->notifyFd, buf, sizeof(buf), MSG_DONTWAIT) > 0) woken = true;
   if (woken) return false;
-  impl_->checkExits();
+  // A peer found gone failed its connection's requests just now: a pass must see that before the engine sleeps
+  // (else the operation waiting on it fails only when the sleep times out, up to a second later).
+  if (impl_->checkExits()) return false;
   // Raise the wake-up flags, then look once more: a peer may have written before it saw them.
   bool ready = true;
   for (ShmConnection* c : impl_->conns)
