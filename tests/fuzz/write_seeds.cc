@@ -66,6 +66,11 @@ void storeSeeds() {
   storeRequest(a, kCreate, "rank/1", {7});
   storeRequest(a, kCreate, "rank/1", {8});
   save("fuzz_store", "add-create", a);
+  Bytes o{1};  // a rank's liveness (shrink): owned, looked at, and its tombstone looked for
+  storeRequest(o, kOwn, "c1/live/0", {});
+  storeRequest(o, kTryGet, "c1/live/0", {});
+  storeRequest(o, kTryGet, "c1/live/1/gone", {});
+  save("fuzz_store", "own-tryget", o);
   Bytes p{1};
   storeRequest(p, kGet, "never-set", {});
   save("fuzz_store", "parked-get", p);

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # shrink_check.sh BIN_DIR [TRANSPORTS]: under `hetcomm-run --elastic -np 4`, rank 2 and then rank 0 (the lowest,
-# which leads the agreement) are killed mid-all-reduce, over each transport (default "shm tcp"); every survivor
-# must shrink and go on (shrink_check.cc), and the launcher must report the lost rank and exit 0.
+# which leads the agreement) are killed mid-all-reduce, over each transport (default: HETCOMM_TRANSPORT, as the
+# suite's UCX reruns set it, else "shm tcp"); every survivor must shrink and go on (shrink_check.cc), and the
+# launcher must report the lost rank and exit 0.
 set -uo pipefail
 bin=$1
-transports=${2:-"shm tcp"}
+transports=${2:-${HETCOMM_TRANSPORT:-"shm tcp"}}
 fail=0
 for t in $transports; do
   for victim in 2 0; do

@@ -80,6 +80,46 @@ TEST_F(Store, ValuesAreSharedBetweenClients) {
   EXPECT_EQ(textOf(*v), "from a");
 }
 
+// A key owned by a connection lives as long as the connection: when the owner goes (its process exits), the key
+// goes and "<key>/gone" appears, waking a get that waits for it. What shrink's liveness rests on.
+TEST_F(Store, AnOwnedKeyGoesWithItsConnectionAndSaysSo) {
+  auto owner = client(), watcher = client();
+  ASSERT_TRUE(owner && watcher);
+  ASSERT_TRUE(owner->own("live/3", bytesOf("here")).ok());
+  auto seen = watcher->tryGet("live/3");
+  ASSERT_TRUE(seen) << seen.error().toString();
+  ASSERT_TRUE(seen->has_value());
+  EXPECT_EQ(textOf(**seen), "here");
+  auto notYet = watcher->tryGet("live/3/gone");
+  ASSERT_TRUE(notYet);
+  EXPECT_FALSE(notYet->has_value());
+  std::thread leave([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    owner.reset();  // closes the connection, as the kernel does for a killed process
+  });
+  auto gone = watcher->get("live/3/gone", Deadline::afterSec(5));
+  leave.join();
+  ASSERT_TRUE(gone) << gone.error().toString();
+  auto after = watcher->tryGet("live/3");
+  ASSERT_TRUE(after);
+  EXPECT_FALSE(after->has_value()) << "the owned key is removed with its owner";
+}
+
+TEST_F(Store, CreateSetsOnlyAMissingKey) {
+  auto c = client();
+  ASSERT_TRUE(c);
+  auto first = c->create("once", bytesOf("a"));
+  ASSERT_TRUE(first);
+  EXPECT_TRUE(*first);
+  auto second = c->create("once", bytesOf("b"));
+  ASSERT_TRUE(second);
+  EXPECT_FALSE(*second);
+  EXPECT_EQ(textOf(*c->get("once", Deadline::afterSec(5))), "a");
+  // The connection is still in step after a refused create.
+  ASSERT_TRUE(c->set("after", bytesOf("x")).ok());
+  EXPECT_EQ(textOf(*c->get("after", Deadline::afterSec(5))), "x");
+}
+
 TEST_F(Store, AddCountsFromZero) {
   auto a = client(), b = client();
   ASSERT_TRUE(a && b);
