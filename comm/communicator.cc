@@ -505,7 +505,7 @@ Status Communicator::finalize() {
   Engine::get().waitUntil([this] { return idle(); });
   HC_TRY(asyncError());
   const Deadline deadline = Deadline::afterSec(options_.timeoutSec);
-  HC_TRY(store_->barrier(keyPrefix() + "/finalize", nranks_, deadline));
+  HC_TRY(barrierOfTheLiving(keyPrefix() + "/finalize", "it reached finalize", deadline));
   // Second phase: everyone says it is through; the store's host waits for all of them before it may exit.
   HC_ASSIGN_OR_RETURN(int64_t left, store_->add(keyPrefix() + "/finalize/left", 1));
   if (left == nranks_) HC_TRY(store_->set(keyPrefix() + "/finalize/gone", {}));

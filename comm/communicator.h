@@ -142,6 +142,9 @@ class Communicator {
   void routeTcpPaths(InitState& s);
   Status connectPeers(InitState& s, Deadline deadline);
   Status publishLiveness();
+  // A store barrier of every rank that fails at once, naming the rank, when one's process ends before it arrives
+  // (instead of waiting out the deadline). `what`: "it reached finalize".
+  Status barrierOfTheLiving(const std::string& prefix, const char* what, Deadline deadline);
   std::string livenessKey(int rank) const;
   Result<std::vector<int>> agreeOnSurvivors(const std::string& prefix, const std::vector<int>& exclude,
                                             Deadline deadline);

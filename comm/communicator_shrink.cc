@@ -1,5 +1,6 @@
 // communicator_shrink.cc: going on without a lost rank (hetcommCommShrink; NCCL 2.27's ncclCommShrink, MPI ULFM's
-// MPI_Comm_shrink), and revoking a communicator so that nothing waits on it any more (hetcommCommRevoke).
+// MPI_Comm_shrink), revoking a communicator so that nothing waits on it any more (hetcommCommRevoke), and a
+// finalize barrier that a dead rank fails at once rather than at the timeout.
 //
 // The data paths cannot carry an agreement once a peer is gone, so the survivors agree through the rendezvous
 // store, which outlives the ranks (under hetcomm-run the launcher hosts it; where rank 0's process hosts it, a
@@ -105,6 +106,31 @@ std::string listOf(const std::vector<int>& ranks) {
 std::string Communicator::livenessKey(int rank) const { return keyPrefix() + format("/live/%d", rank); }
 
 Status Communicator::publishLiveness() { return store_->own(livenessKey(rank_), {}); }
+
+Status Communicator::barrierOfTheLiving(const std::string& prefix, const char* what, Deadline deadline) {
+  constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
+  HC_ASSIGN_OR_RETURN(int64_t arrived, store_->add(prefix + "/count", 1));
+  if (arrived == nranks_) HC_TRY(store_->set(prefix + "/go", {}));
+  auto poll = kFirstPoll;
+  auto nextLook = std::chrono::steady_clock::now() + kLivenessEvery;
+  while (true) {
+    HC_ASSIGN_OR_RETURN(auto go, store_->tryGet(prefix + "/go"));
+    if (go) return okStatus();
+    // No rank leaves before "go" exists, so a rank whose liveness key is gone died on the way here.
+    if (std::chrono::steady_clock::now() >= nextLook) {
+      for (int r = 0; r < nranks_; ++r) {
+        if (r == rank_) continue;
+        HC_ASSIGN_OR_RETURN(auto dead, store_->tryGet(livenessKey(r) + store_wire::kGoneSuffix));
+        if (dead) return remoteError("rank %d: rank %d's process ended before %s", rank_, r, what);
+      }
+      nextLook = std::chrono::steady_clock::now() + kLivenessEvery;
+    }
+    if (deadline.expired())
+      return timeoutError("rank %d: not every rank %s within HETCOMM_TIMEOUT (%g s)", rank_, what, options_.timeoutSec);
+    std::this_thread::sleep_for(poll);
+    poll = std::min(poll * 2, kLongestPoll);
+  }
+}
 
 void Communicator::revoke() {
   log::ScopedRank scope(rank_, name());

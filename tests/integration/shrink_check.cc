@@ -3,10 +3,12 @@
 // communicator has one rank fewer, ranked in the old order, and its all-reduces are right. Run under
 // `hetcomm-run --elastic`, which lets the survivors go on (tests/integration/shrink_check.sh).
 //
-//   shrink_check VICTIM
+//   shrink_check VICTIM            the victim dies in an all-reduce; the others shrink
+//   shrink_check VICTIM finalize   the victim dies instead of calling finalize; the others' finalize must fail
+//                                  at once naming it, not at HETCOMM_TIMEOUT
 //
-// Each survivor prints "rank R: shrink ok: ..." with the time from its error to the new communicator, and exits 0;
-// anything wrong prints "rank R: FAIL ..." and exits 1.
+// Each survivor prints "rank R: shrink ok: ..." (or "finalize ok: ...") with its time, and exits 0; anything wrong
+// prints "rank R: FAIL ..." and exits 1.
 #include <hetcomm/hetcomm.h>
 #include <signal.h>
 #include <unistd.h>
@@ -45,8 +47,8 @@ bool allReduceIsRight(hetcommComm_t comm, size_t count) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: shrink_check VICTIM (under hetcomm-run --elastic)\n");
+  if (argc < 2 || argc > 3 || (argc == 3 && std::string(argv[2]) != "finalize")) {
+    std::fprintf(stderr, "usage: shrink_check VICTIM [finalize] (under hetcomm-run --elastic)\n");
     return 2;
   }
   const int victim = std::atoi(argv[1]);
@@ -59,6 +61,17 @@ int main(int argc, char** argv) {
   constexpr size_t kCount = 1 << 18;  // 1 MiB of floats: the survivors are inside the all-reduce when it dies
   for (int round = 0; round < 3; ++round)
     if (!allReduceIsRight(comm, kCount)) failWith(rank, "all-reduce before the kill");
+  if (argc == 3) {  // the finalize case
+    if (rank == victim) raise(SIGKILL);
+    const auto start = Clock::now();
+    if (hetcommCommFinalize(comm) == hetcommSuccess) failWith(rank, "finalize with a dead rank succeeded");
+    const std::string why = hetcommGetLastError(nullptr);
+    if (why.find("rank " + std::to_string(victim) + "'s process ended") == std::string::npos)
+      failWith(rank, "finalize's error does not name rank " + std::to_string(victim));
+    std::printf("rank %d: finalize ok: failed after %.3f s: %s\n", rank, since(start), why.c_str());
+    hetcommCommDestroy(comm);
+    return 0;
+  }
   if (rank == victim) {
     usleep(200 * 1000);  // the others are waiting in the next all-reduce by now
     raise(SIGKILL);
