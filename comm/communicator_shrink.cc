@@ -109,6 +109,7 @@ Status Communicator::publishLiveness() { return store_->own(livenessKey(rank_), 
 
 Status Communicator::barrierOfTheLiving(const std::string& prefix, const char* what, Deadline deadline) {
   constexpr auto kLivenessEvery = std::chrono::milliseconds(100);
+  HC_TRY(store_->set(prefix + format("/in/%d", rank_), {}));
   HC_ASSIGN_OR_RETURN(int64_t arrived, store_->add(prefix + "/count", 1));
   if (arrived == nranks_) HC_TRY(store_->set(prefix + "/go", {}));
   auto poll = kFirstPoll;
@@ -116,12 +117,15 @@ Status Communicator::barrierOfTheLiving(const std::string& prefix, const char* w
   while (true) {
     HC_ASSIGN_OR_RETURN(auto go, store_->tryGet(prefix + "/go"));
     if (go) return okStatus();
-    // No rank leaves before "go" exists, so a rank whose liveness key is gone died on the way here.
+    // A rank that is gone and never arrived died on the way here: the cause. One that arrived and is gone left
+    // after seeing that cause itself (the barrier failed for it too), so it is not named.
     if (std::chrono::steady_clock::now() >= nextLook) {
       for (int r = 0; r < nranks_; ++r) {
         if (r == rank_) continue;
         HC_ASSIGN_OR_RETURN(auto dead, store_->tryGet(livenessKey(r) + store_wire::kGoneSuffix));
-        if (dead) return remoteError("rank %d: rank %d's process ended before %s", rank_, r, what);
+        if (!dead) continue;
+        HC_ASSIGN_OR_RETURN(auto came, store_->tryGet(prefix + format("/in/%d", r)));
+        if (!came) return remoteError("rank %d: rank %d's process ended before %s", rank_, r, what);
       }
       nextLook = std::chrono::steady_clock::now() + kLivenessEvery;
     }
