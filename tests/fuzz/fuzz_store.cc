@@ -9,6 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -35,12 +39,40 @@ std::unique_ptr<comm::StoreServer>& server() {
   return s;
 }
 
+// What the harness saw go wrong, then a crash libFuzzer records. FUZZ_STORE_STOP=1 stops the process first, for a
+// debugger to look at the server's thread.
+[[noreturn]] void finding(const char* what) {
+  std::fprintf(stderr, "fuzz_store: %s (errno %d: %s)\n", what, errno, std::strerror(errno));
+  if (std::getenv("FUZZ_STORE_STOP")) std::raise(SIGSTOP);
+  std::abort();
+}
+
+// Waits up to ms for fd to become readable. libFuzzer's -timeout watchdog is a SIGALRM every second or so, which
+// interrupts poll: such a wake-up is not the server's doing, so the wait goes on (three false findings, "no hello"
+// and "kept a connection", were that).
+bool readable(int fd, int ms) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    pollfd pf{fd, POLLIN, 0};
+    const int n = poll(&pf, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
+    if (n > 0) return true;
+    if (n == 0 || errno != EINTR) return false;
+  }
+}
+
+ssize_t recvSome(int fd, void* p, size_t n) {
+  ssize_t r;
+  do r = ::recv(fd, p, n, 0);
+  while (r < 0 && errno == EINTR);
+  return r;
+}
+
 bool readExactly(int fd, void* p, size_t n) {
   auto* c = static_cast<char*>(p);
   while (n > 0) {
-    pollfd pf{fd, POLLIN, 0};
-    if (poll(&pf, 1, 2000) <= 0) return false;
-    ssize_t r = ::recv(fd, c, n, 0);
+    if (!readable(fd, 2000)) return false;
+    ssize_t r = recvSome(fd, c, n);
     if (r <= 0) return false;
     c += r;
     n -= static_cast<size_t>(r);
@@ -51,6 +83,7 @@ bool readExactly(int fd, void* p, size_t n) {
 void writeAll(int fd, const uint8_t* p, size_t n) {
   while (n > 0) {
     ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return;  // the server closed: what it made of the bytes so far is the test
     p += w;
     n -= static_cast<size_t>(w);
@@ -81,15 +114,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   a.sin_family = AF_INET;
   a.sin_port = htons(server()->port());
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) std::abort();
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) finding("cannot connect to the store");
   Hello hello;
-  if (!readExactly(fd, &hello, sizeof(hello)) || hello.magic != kHelloMagic) std::abort();
+  if (!readExactly(fd, &hello, sizeof(hello)) || hello.magic != kHelloMagic) finding("no hello from the store");
   if (authenticate) {
     Proof proof;
     proof.mac = crypto::prove(secret(), hello.nonce, "store-client");
     writeAll(fd, reinterpret_cast<const uint8_t*>(&proof), sizeof(proof));
     Welcome welcome;
-    if (!readExactly(fd, &welcome, sizeof(welcome)) || welcome.magic != kWelcomeMagic) std::abort();
+    if (!readExactly(fd, &welcome, sizeof(welcome)) || welcome.magic != kWelcomeMagic)
+      finding("no welcome after the right proof");
   }
   writeAll(fd, data, size);
   ::shutdown(fd, SHUT_WR);
@@ -97,12 +131,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // neither answers nor closes within the handshake deadline and then some hangs the connection: a finding.
   char sink[4096];
   for (;;) {
-    pollfd pf{fd, POLLIN, 0};
-    if (poll(&pf, 1, 5000) <= 0) {
-      std::fprintf(stderr, "fuzz_store: the server kept a connection whose client had left\n");
-      std::abort();
-    }
-    if (::recv(fd, sink, sizeof(sink), 0) <= 0) break;
+    if (!readable(fd, 5000)) finding("the server kept a connection whose client had left");
+    if (recvSome(fd, sink, sizeof(sink)) <= 0) break;
   }
   ::close(fd);
   return 0;

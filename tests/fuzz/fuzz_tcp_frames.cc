@@ -4,7 +4,7 @@
 // pair whose other end a real TcpConnection reads, driven as the transport's progress() drives it (epoll, then
 // onReadable), until the stream ends. The connection must deliver, refuse the receive with a size mismatch, or fail
 // with a remote error; never write outside a receive's buffer or allocate what the header only announces (early
-// messages may hold at most HETCOMM_EARLY_MAX_BYTES, set to 64 MiB here).
+// messages may hold at most HETCOMM_EARLY_MAX_BYTES, set to 1 MiB here).
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
