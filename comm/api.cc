@@ -96,9 +96,7 @@ hetcommResult_t hetcommCommInitModel(hetcommComm_t* comm, const char* clusterJso
                         hetcomm::topo::parseClusterSpec(clusterJson, "(hetcommCommInitModel)"));
     auto c = std::make_unique<Communicator>(0, spec.nranks(), CommOptions{});
     HC_TRY(c->initModel(spec.nodes()));
-    Communicator* raw = c.release();
-    registerComm(raw);
-    *comm = reinterpret_cast<hetcommComm_t>(raw);
+    *comm = publishComm(std::move(c));
     return hetcomm::okStatus();
   });
 }
@@ -114,24 +112,16 @@ hetcommResult_t hetcommCommSplit(hetcommComm_t comm, int color, int key, hetcomm
     HC_ASSIGN_OR_RETURN(Communicator * c, readyComm(comm));
     if (color < 0 && color != HETCOMM_SPLIT_NOCOLOR)
       return hetcomm::invalidArgument("color %d must be >= 0 or HETCOMM_SPLIT_NOCOLOR", color);
-    CommOptions options = c->options();
-    if (config) {
-      HC_ASSIGN_OR_RETURN(options, optionsFrom(config));
-    }
+    HC_ASSIGN_OR_RETURN(CommOptions options, childOptions(*c, config));
     std::unique_ptr<Communicator> child;
     HC_TRY(c->split(color, key, options, &child));
-    *newcomm = nullptr;
-    if (child) {
-      Communicator* raw = child.release();
-      registerComm(raw);
-      *newcomm = reinterpret_cast<hetcommComm_t>(raw);
-    }
+    *newcomm = child ? publishComm(std::move(child)) : nullptr;
     return hetcomm::okStatus();
   });
 }
 
-hetcommResult_t hetcommCommShrink(hetcommComm_t comm, const int* excludeRanks, int excludeCount,
-                                  hetcommComm_t* newcomm, hetcommConfig_t* config, int shrinkFlags) {
+hetcommResult_t hetcommCommShrink(hetcommComm_t comm, const int* excludeRanks, int excludeCount, hetcommComm_t* newcomm,
+                                  hetcommConfig_t* config, int shrinkFlags) {
   return guard("hetcommCommShrink", [&]() -> Status {
     if (!newcomm) return hetcomm::invalidArgument("newcomm is NULL");
     *newcomm = nullptr;
@@ -142,16 +132,11 @@ hetcommResult_t hetcommCommShrink(hetcommComm_t comm, const int* excludeRanks, i
       return hetcomm::invalidArgument("shrinkFlags %d: HETCOMM_SHRINK_DEFAULT (0) or HETCOMM_SHRINK_ABORT (1)",
                                       shrinkFlags);
     HC_ASSIGN_OR_RETURN(Communicator * c, initializedComm(comm));
-    CommOptions options = c->options();
-    if (config) {
-      HC_ASSIGN_OR_RETURN(options, optionsFrom(config));
-    }
+    HC_ASSIGN_OR_RETURN(CommOptions options, childOptions(*c, config));
     std::vector<int> exclude(excludeRanks, excludeRanks + excludeCount);
     std::unique_ptr<Communicator> child;
     HC_TRY(c->shrink(exclude, shrinkFlags == HETCOMM_SHRINK_ABORT, options, &child));
-    Communicator* raw = child.release();
-    registerComm(raw);
-    *newcomm = reinterpret_cast<hetcommComm_t>(raw);
+    *newcomm = publishComm(std::move(child));
     return hetcomm::okStatus();
   });
 }

@@ -78,6 +78,17 @@ Result<CommOptions> optionsFrom(const hetcommConfig_t* config) {
   return o;
 }
 
+Result<CommOptions> childOptions(const Communicator& parent, const hetcommConfig_t* config) {
+  if (!config) return parent.options();
+  return optionsFrom(config);
+}
+
+hetcommComm_t publishComm(std::unique_ptr<Communicator> comm) {
+  Communicator* raw = comm.release();
+  registerComm(raw);
+  return reinterpret_cast<hetcommComm_t>(raw);
+}
+
 Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint64_t commId, int rank,
                 const hetcommConfig_t* config) {
   if (!out) return invalidArgument("comm (the output pointer) is NULL");
@@ -88,9 +99,8 @@ Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint6
   auto c = std::make_unique<Communicator>(rank, nranks, options);
   c->setHostsStore(servesStore(id.port));
   if (!blocking) {
-    Communicator* raw = c.release();
-    registerComm(raw);
-    *out = reinterpret_cast<hetcommComm_t>(raw);
+    Communicator* raw = c.get();
+    *out = publishComm(std::move(c));
     raw->initThread = std::thread([raw, id, commId] {
       Status st = raw->init(id, commId);
       raw->initError = st;
@@ -103,9 +113,7 @@ Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint6
     (void)c->destroy();  // the init's error is the one to report
     return st;
   }
-  Communicator* raw = c.release();
-  registerComm(raw);
-  *out = reinterpret_cast<hetcommComm_t>(raw);
+  *out = publishComm(std::move(c));
   return okStatus();
 }
 

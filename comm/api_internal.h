@@ -121,6 +121,10 @@ void retargetJob(StagedJob& job, int chunk, const std::shared_ptr<Op>& op);
 
 // ---- communicator creation (api_init.cc) ----
 Result<CommOptions> optionsFrom(const hetcommConfig_t* config);
+// A child's (split, shrink): the parent's options, or those of config where one is given.
+Result<CommOptions> childOptions(const Communicator& parent, const hetcommConfig_t* config);
+// Hands a new communicator to the caller: a live handle from now on.
+hetcommComm_t publishComm(std::unique_ptr<Communicator> comm);
 Status initRank(hetcommComm_t* out, int nranks, const UniqueIdContent& id, uint64_t commId, int rank,
                 const hetcommConfig_t* config);
 Status getUniqueId(hetcommUniqueId* id);

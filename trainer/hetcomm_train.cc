@@ -56,8 +56,8 @@ int rankOf(hetcommComm_t comm) {
 // lists without the lost ranks' entries). Exits when the shrink fails or nobody was lost (then `why` was not a
 // lost peer, and starting again would meet it again).
 hetcommComm_t recover(hetcommComm_t world, ht::Options& o, const std::string& why, const std::string& checkpointDir) {
-  int rank = 0, n = 0;
-  hetcommCommUserRank(world, &rank);
+  const int rank = rankOf(world);
+  int n = 0;
   hetcommCommCount(world, &n);
   auto fatal = [&](const std::string& what) {
     std::fprintf(stderr, "hetcomm-train [rank %d]: error: %s\n", rank, what.c_str());
@@ -69,8 +69,8 @@ hetcommComm_t recover(hetcommComm_t world, ht::Options& o, const std::string& wh
     fatal(why + "; --elastic could not shrink the world: " + hetcommGetLastError(nullptr));
   ht::forgetComm(world);
   hetcommCommDestroy(world);
-  int newRank = 0, left = 0;
-  hetcommCommUserRank(next, &newRank);
+  const int newRank = rankOf(next);
+  int left = 0;
   hetcommCommCount(next, &left);
   if (left == n) fatal(why + " (no rank was lost: --elastic does not start again)");
   ht::trackComm(next);
@@ -106,7 +106,11 @@ int main(int argc, char** argv) {
   std::string checkpointDir;
   if (options.elastic) {
     auto cfg = ht::configFrom(options);
-    checkpointDir = cfg ? cfg->checkpointDir : std::string();
+    if (!cfg) {  // the run would fail on it too: say it first, not that the checkpoint directory is missing
+      std::fprintf(stderr, "hetcomm-train: error: %s\n", cfg.error().message().c_str());
+      return 1;
+    }
+    checkpointDir = cfg->checkpointDir;
     if (checkpointDir.empty()) {
       std::fprintf(stderr,
                    "hetcomm-train: error: --elastic goes back to the newest checkpoint when a rank is lost: give "
