@@ -47,18 +47,38 @@ std::unique_ptr<comm::StoreServer>& server() {
   std::abort();
 }
 
-// Waits up to ms for fd to become readable. libFuzzer's -timeout watchdog is a SIGALRM every second or so, which
-// interrupts poll: such a wake-up is not the server's doing, so the wait goes on (three false findings, "no hello"
-// and "kept a connection", were that).
-bool readable(int fd, int ms) {
+// Waits up to ms for fd to be ready for events. libFuzzer's -timeout watchdog is a SIGALRM every second or so,
+// which interrupts system calls: such a wake-up is not the server's doing, so the wait goes on (four false
+// findings, "cannot connect", "no hello" and "kept a connection", were that).
+bool ready(int fd, short events, int ms) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
-    pollfd pf{fd, POLLIN, 0};
+    pollfd pf{fd, events, 0};
     const int n = poll(&pf, 1, static_cast<int>(std::max<int64_t>(0, left.count())));
     if (n > 0) return true;
     if (n == 0 || errno != EINTR) return false;
   }
+}
+bool readable(int fd, int ms) { return ready(fd, POLLIN, ms); }
+
+// A connection to the store on loopback. An interrupted connect goes on in the background: wait for its outcome.
+int connectToStore() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) finding("cannot make a socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(server()->port());
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) return fd;
+  if (errno != EINTR || !ready(fd, POLLOUT, 2000)) finding("cannot connect to the store");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+    errno = err;
+    finding("cannot connect to the store");
+  }
+  return fd;
 }
 
 ssize_t recvSome(int fd, void* p, size_t n) {
@@ -109,12 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const bool authenticate = data[0] & 1;
   ++data, --size;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(server()->port());
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) finding("cannot connect to the store");
+  const int fd = connectToStore();
   Hello hello;
   if (!readExactly(fd, &hello, sizeof(hello)) || hello.magic != kHelloMagic) finding("no hello from the store");
   if (authenticate) {
