@@ -88,7 +88,10 @@ Result<LaunchEnv> readLaunchEnv() {
     if (env("LOCAL_RANK")) {
       HC_ASSIGN_OR_RETURN(e.localRank, intVar("LOCAL_RANK", 0));
     }
-    HC_TRY(fillAddress(e, "MASTER_ADDR", "MASTER_PORT", 1));
+    // MASTER_PORT+2, not +1: torch's own store holds MASTER_PORT, which torch takes by binding port 0, and Linux
+    // gives bind(0) odd ports and connect() even ones. MASTER_PORT+1 was thus a port any outgoing connection on the
+    // host could hold ("cannot listen: Address already in use", seen in the torchrun test); +2 keeps the parity.
+    HC_TRY(fillAddress(e, "MASTER_ADDR", "MASTER_PORT", 2));
   } else if (env("OMPI_COMM_WORLD_RANK")) {
     e.launcher = "Open MPI";
     HC_ASSIGN_OR_RETURN(e.rank, intVar("OMPI_COMM_WORLD_RANK", 0));

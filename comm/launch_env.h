@@ -1,7 +1,7 @@
 // launch_env.h: rank, size and rendezvous from whichever launcher started this process. In order of precedence:
 //   hetcomm-run  HETCOMM_RANK, HETCOMM_WORLD_SIZE, HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET
-//   torchrun     RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (hetcomm's store uses MASTER_PORT+1: torch's own
-//                store may hold MASTER_PORT)
+//   torchrun     RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (hetcomm's store uses MASTER_PORT+2: torch's own
+//                store may hold MASTER_PORT; +2 keeps its parity, see launch_env.cc)
 //   Open MPI     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, plus HETCOMM_MASTER_ADDR (or MASTER_ADDR)
 //   Slurm        SLURM_PROCID, SLURM_NTASKS, plus HETCOMM_MASTER_ADDR (or MASTER_ADDR)
 // HETCOMM_MASTER_ADDR / HETCOMM_MASTER_PORT override the address under any launcher (default port 29411).
