@@ -1,8 +1,6 @@
 // readLaunchEnv: rank, size and rendezvous from hetcomm-run, torchrun, Open MPI and Slurm variables, their
 // precedence, and the errors for missing or malformed ones. Each test starts from an environment with none of the
 // variables set and puts the original values back afterwards.
-#include "comm/launch_env.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -11,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/launch_env.h"
 #include "common/strings.h"
 
 namespace hetcomm::comm {
@@ -18,30 +17,12 @@ namespace {
 
 class LaunchEnvTest : public ::testing::Test {
  protected:
-  static constexpr const char* kVars[] = {"HETCOMM_RANK",
-                                          "HETCOMM_WORLD_SIZE",
-                                          "HETCOMM_LOCAL_RANK",
-                                          "HETCOMM_MASTER_ADDR",
-                                          "HETCOMM_MASTER_PORT",
-                                          "HETCOMM_SECRET",
-                                          "HETCOMM_STORE",
-                                          "RANK",
-                                          "WORLD_SIZE",
-                                          "LOCAL_RANK",
-                                          "MASTER_ADDR",
-                                          "MASTER_PORT",
-                                          "OMPI_COMM_WORLD_RANK",
-                                          "OMPI_COMM_WORLD_SIZE",
-                                          "OMPI_COMM_WORLD_LOCAL_RANK",
-                                          "SLURM_PROCID",
-                                          "SLURM_NTASKS",
-                                          "SLURM_LOCALID",
-                                          "TORCHELASTIC_RUN_ID",
-                                          "OMPI_MCA_ess_base_jobid",
-                                          "OMPI_MCA_orte_ess_jobid",
-                                          "PMIX_NAMESPACE",
-                                          "SLURM_JOB_ID",
-                                          "SLURM_STEP_ID"};
+  static constexpr const char* kVars[] = {
+      "HETCOMM_RANK", "HETCOMM_WORLD_SIZE", "HETCOMM_LOCAL_RANK", "HETCOMM_MASTER_ADDR", "HETCOMM_MASTER_PORT",
+      "HETCOMM_SECRET", "HETCOMM_STORE", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+      "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+      "SLURM_LOCALID", "TORCHELASTIC_RUN_ID", "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid",
+      "PMIX_NAMESPACE", "SLURM_JOB_ID", "SLURM_STEP_ID"};
 
   void SetUp() override {
     for (const char* v : kVars) {
@@ -52,10 +33,8 @@ class LaunchEnvTest : public ::testing::Test {
   }
   void TearDown() override {
     for (auto& [name, value] : saved_) {
-      if (value)
-        ::setenv(name, value->c_str(), 1);
-      else
-        ::unsetenv(name);
+      if (value) ::setenv(name, value->c_str(), 1);
+      else ::unsetenv(name);
     }
   }
   static void set(std::initializer_list<std::pair<const char*, const char*>> vars) {
@@ -74,12 +53,8 @@ class LaunchEnvTest : public ::testing::Test {
 constexpr const char* kHexSecret = "00112233445566778899aabbccddeeff";
 
 TEST_F(LaunchEnvTest, HetcommRun) {
-  set({{"HETCOMM_RANK", "2"},
-       {"HETCOMM_WORLD_SIZE", "4"},
-       {"HETCOMM_LOCAL_RANK", "1"},
-       {"HETCOMM_MASTER_ADDR", "10.0.0.1"},
-       {"HETCOMM_MASTER_PORT", "1234"},
-       {"HETCOMM_SECRET", kHexSecret}});
+  set({{"HETCOMM_RANK", "2"}, {"HETCOMM_WORLD_SIZE", "4"}, {"HETCOMM_LOCAL_RANK", "1"},
+       {"HETCOMM_MASTER_ADDR", "10.0.0.1"}, {"HETCOMM_MASTER_PORT", "1234"}, {"HETCOMM_SECRET", kHexSecret}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
   EXPECT_EQ(e->launcher, "hetcomm-run");
@@ -94,9 +69,7 @@ TEST_F(LaunchEnvTest, HetcommRun) {
 }
 
 TEST_F(LaunchEnvTest, HetcommRunDefaultsAndExternalStore) {
-  set({{"HETCOMM_RANK", "0"},
-       {"HETCOMM_WORLD_SIZE", "1"},
-       {"HETCOMM_MASTER_ADDR", "host0"},
+  set({{"HETCOMM_RANK", "0"}, {"HETCOMM_WORLD_SIZE", "1"}, {"HETCOMM_MASTER_ADDR", "host0"},
        {"HETCOMM_STORE", "external"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
@@ -120,10 +93,7 @@ TEST_F(LaunchEnvTest, HetcommRunWithOnlyTheSizeNamesTheMissingRank) {
 }
 
 TEST_F(LaunchEnvTest, Torchrun) {
-  set({{"RANK", "1"},
-       {"WORLD_SIZE", "2"},
-       {"LOCAL_RANK", "1"},
-       {"MASTER_ADDR", "trainer-0"},
+  set({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "trainer-0"},
        {"MASTER_PORT", "29500"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
@@ -144,12 +114,8 @@ TEST_F(LaunchEnvTest, TorchrunPortAtTheTopLeavesNoRoom) {
 }
 
 TEST_F(LaunchEnvTest, HetcommAddressAndPortOverrideTorchrunsExactly) {
-  set({{"RANK", "0"},
-       {"WORLD_SIZE", "2"},
-       {"MASTER_ADDR", "torch-host"},
-       {"MASTER_PORT", "29500"},
-       {"HETCOMM_MASTER_ADDR", "hc-host"},
-       {"HETCOMM_MASTER_PORT", "40000"}});
+  set({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "torch-host"}, {"MASTER_PORT", "29500"},
+       {"HETCOMM_MASTER_ADDR", "hc-host"}, {"HETCOMM_MASTER_PORT", "40000"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
   EXPECT_EQ(e->masterAddr, "hc-host");
@@ -168,9 +134,7 @@ TEST_F(LaunchEnvTest, TorchrunNeedsBothRankAndWorldSize) {
 }
 
 TEST_F(LaunchEnvTest, OpenMpi) {
-  set({{"OMPI_COMM_WORLD_RANK", "3"},
-       {"OMPI_COMM_WORLD_SIZE", "8"},
-       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+  set({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "8"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
        {"HETCOMM_MASTER_ADDR", "10.1.1.1"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
@@ -197,10 +161,7 @@ TEST_F(LaunchEnvTest, OpenMpiWithoutSizeNamesIt) {
 }
 
 TEST_F(LaunchEnvTest, Slurm) {
-  set({{"SLURM_PROCID", "5"},
-       {"SLURM_NTASKS", "6"},
-       {"SLURM_LOCALID", "2"},
-       {"MASTER_ADDR", "node7"},
+  set({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "6"}, {"SLURM_LOCALID", "2"}, {"MASTER_ADDR", "node7"},
        {"MASTER_PORT", "4000"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
@@ -221,16 +182,9 @@ TEST_F(LaunchEnvTest, SlurmWithoutAddressNamesHetcommMasterAddr) {
 }
 
 TEST_F(LaunchEnvTest, PrecedenceHetcommRunTorchrunOpenMpiSlurm) {
-  set({{"HETCOMM_RANK", "1"},
-       {"HETCOMM_WORLD_SIZE", "9"},
-       {"HETCOMM_MASTER_ADDR", "a"},
-       {"RANK", "2"},
-       {"WORLD_SIZE", "8"},
-       {"MASTER_ADDR", "b"},
-       {"OMPI_COMM_WORLD_RANK", "3"},
-       {"OMPI_COMM_WORLD_SIZE", "7"},
-       {"SLURM_PROCID", "4"},
-       {"SLURM_NTASKS", "6"}});
+  set({{"HETCOMM_RANK", "1"}, {"HETCOMM_WORLD_SIZE", "9"}, {"HETCOMM_MASTER_ADDR", "a"}, {"RANK", "2"},
+       {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "b"}, {"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "7"},
+       {"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "6"}});
   auto e = readLaunchEnv();
   ASSERT_TRUE(e) << e.error().toString();
   EXPECT_EQ(e->launcher, "hetcomm-run");
