@@ -21,6 +21,8 @@ using trainer::Error;
 using trainer::Result;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// The deepest pipeline the refinement tries: depth 2 already hides transfers up to a whole stage's compute.
+constexpr int kMaxDepth = 4;
 
 Error bad(const std::string& field, const std::string& detail) {
   return Error{.source = "planner", .field = field, .detail = detail};
@@ -75,6 +77,7 @@ struct Structure {
   std::vector<std::vector<int>> at;  // [replica][stage] -> index into groups
   std::vector<int> layers, micro;
   Zero zero = Zero::kOff;   // how the optimizer state is kept (the estimate's choice; the simulation may try more)
+  int depth = 1;            // the pipeline depth (the estimate's is 1; refining may deepen it)
   double pipelineS = kInf;  // the estimate's 1F1B part: a lower bound of estimateS
   std::vector<double> lastBackwardS;  // per stage, replica 0's
   double estimateS = kInf;
@@ -358,7 +361,8 @@ class Search {
       const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
       const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
       const trainer::MemoryNeed n =
-          trainer::memoryNeed(configFor(st.microBatch), shard, layout, layout.totalFloats(), microBatches, s, st.S);
+          trainer::memoryNeed(configFor(st.microBatch), shard, layout, layout.totalFloats(), microBatches, s, st.S,
+                              st.depth);
       return std::make_pair(n.total() - n.optimizer, n.optimizer);
     };
     if (st.S == 1) {  // the only stage holds every block
@@ -563,6 +567,7 @@ class Search {
     plan.microBatches = st.micro;
     plan.microBatch = st.microBatch;
     plan.zero = st.zero == Zero::kOff ? 0 : 1;
+    plan.pipelineDepth = st.depth;
     for (int s = 0; s < st.S; ++s)
       plan.stages.push_back({st.layers[s], static_cast<int>(groups[st.at[0][s]].ranks.size())});
     plan.ranks.assign(st.R, std::vector<std::vector<int>>(st.S));
@@ -626,9 +631,10 @@ class Search {
   }
 
   // Hill climbing from a simulated plan, on its bottlenecks: a block from the busiest stage (the most compute in
-  // the step, over the replicas) to either neighbour or to the least busy stage, and a micro-batch from the replica
-  // whose pipeline ends last to the one that ends first; the first move that shortens the simulated step is taken,
-  // until none does.
+  // the step, over the replicas) to either neighbour or to the least busy stage, a micro-batch from the replica
+  // whose pipeline ends last to the one that ends first, and one more micro-batch in flight per pipeline boundary
+  // (where the boundaries' transfers hold up plain 1F1B, and memory allows); the first move that shortens the
+  // simulated step is taken, until none does.
   Result<Candidate> improve(Candidate best) {
     for (int round = 0; round < 4 * model().nLayer + 16; ++round) {
       const Structure& st = best.st;
@@ -656,6 +662,11 @@ class Search {
       if (last != first && st.micro[last] > 1) {
         Structure m = st;
         --m.micro[last], ++m.micro[first];
+        moves.push_back(m);
+      }
+      if (st.S > 1 && st.depth < kMaxDepth) {
+        Structure m = st;
+        ++m.depth;
         moves.push_back(m);
       }
       bool moved = false;
@@ -770,9 +781,10 @@ std::string PlanCandidate::summary() const {
   const std::string tp = runs(tps, "/"), layers = runs(blocks, ","), micro = runs(plan.microBatches, ",");
   char buf[1024];
   std::snprintf(buf, sizeof buf,
-                "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s: step %.2f ms, %.0f tok/s, "
+                "DP %d x PP %zu x TP %s (%s), layers [%s], micro-batches [%s] of %d%s%s: step %.2f ms, %.0f tok/s, "
                 "bubble %.1f%%",
                 plan.dp, plan.stages.size(), tp.c_str(), layout.c_str(), layers.c_str(), micro.c_str(), microBatch,
+                plan.pipelineDepth > 1 ? (", depth " + std::to_string(plan.pipelineDepth)).c_str() : "",
                 zero1 ? (plan.zeroShares.empty() ? ", ZeRO-1" : ", ZeRO-1 by memory") : "", prediction.stepS * 1e3,
                 tokensPerS, prediction.bubble * 100);
   return buf;

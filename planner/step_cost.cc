@@ -57,6 +57,7 @@ class Builder {
     if (static_cast<int>(in_.roles.ranks.size()) != R || static_cast<int>(plan.microBatches.size()) != R)
       return bad("roles", "not of the plan's shape (" + std::to_string(R) + " replicas); validate and assign first");
     StepCost cost;
+    cost.pipelineDepth = plan.pipelineDepth;
     for (int r = 0; r < R; ++r) {
       ReplicaCost rep;
       rep.microBatches = plan.microBatches[r];
@@ -430,7 +431,7 @@ std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in) {
     const trainer::Shard shard = trainer::shardOf(plan, role);
     const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, plan.dp);
     const size_t owned = static_cast<size_t>(std::llround(double(layout.totalFloats()) * share));
-    need[g] = known[key] = trainer::memoryNeed(in.config, shard, layout, owned, micro, role.stage, S);
+    need[g] = known[key] = trainer::memoryNeed(in.config, shard, layout, owned, micro, role.stage, S, plan.pipelineDepth);
   }
   return need;
 }

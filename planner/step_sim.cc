@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <utility>
 
+#include "trainer/pipeline.h"
+
 namespace hetcomm::planner {
 namespace {
 
@@ -27,6 +29,7 @@ trainer::Result<void> checkTime(const std::string& field, double s) {
 
 trainer::Result<void> check(const StepCost& c) {
   if (c.replicas.empty()) return bad("replicas", "no replica");
+  if (c.pipelineDepth < 1) return bad("pipelineDepth", "must be >= 1, got " + std::to_string(c.pipelineDepth));
   const size_t S = c.replicas[0].stages.size();
   for (size_t r = 0; r < c.replicas.size(); ++r) {
     const ReplicaCost& rep = c.replicas[r];
@@ -66,9 +69,9 @@ trainer::Result<void> check(const StepCost& c) {
   return checkTime("worldSumS", c.worldSumS);
 }
 
-// The 1F1B order of stage s of S over M micro-batches: (backward?, micro-batch).
-std::vector<std::pair<bool, int>> order1F1B(int s, int S, int M) {
-  const int warm = std::min(S - s - 1, M);
+// The 1F1B order of stage s of S over M micro-batches at pipeline depth d: (backward?, micro-batch).
+std::vector<std::pair<bool, int>> order1F1B(int s, int S, int M, int d) {
+  const int warm = trainer::Pipeline::warmupOf(s, S, M, d);
   std::vector<std::pair<bool, int>> ops;
   ops.reserve(2 * static_cast<size_t>(M));
   int f = 0, b = 0;
@@ -89,7 +92,7 @@ struct Timeline {
 
 // Each stage runs its ops in their 1F1B order, each as soon as the stage is free and its input has arrived. A
 // sweep over the stages runs every op whose input is there; 1F1B never deadlocks, so every sweep runs one at least.
-Timeline runPipeline(const ReplicaCost& r) {
+Timeline runPipeline(const ReplicaCost& r, int depth) {
   const int S = static_cast<int>(r.stages.size()), M = r.microBatches;
   Timeline t;
   t.forwardEnd.assign(S, std::vector<double>(M, -1));
@@ -97,7 +100,7 @@ Timeline runPipeline(const ReplicaCost& r) {
   t.end.assign(S, 0);
   t.busy.assign(S, 0);
   std::vector<std::vector<std::pair<bool, int>>> ops(S);
-  for (int s = 0; s < S; ++s) ops[s] = order1F1B(s, S, M);
+  for (int s = 0; s < S; ++s) ops[s] = order1F1B(s, S, M, depth);
   std::vector<size_t> next(S, 0);
   for (bool moved = true; moved;) {
     moved = false;
@@ -143,7 +146,7 @@ trainer::Result<StepPrediction> simulateStep(const StepCost& c) {
   const size_t R = c.replicas.size(), S = c.replicas[0].stages.size();
   StepPrediction p;
   std::vector<Timeline> lines;
-  for (const ReplicaCost& r : c.replicas) lines.push_back(runPipeline(r));
+  for (const ReplicaCost& r : c.replicas) lines.push_back(runPipeline(r, c.pipelineDepth));
 
   // The tied embedding: the replica's first and last stage sum their copies once both are through.
   std::vector<double> tiedDone(R, 0);

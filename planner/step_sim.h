@@ -1,8 +1,9 @@
 // step_sim.h: one training step of a hybrid (DP x PP x TP) plan, simulated from what each of its parts costs, the
 // way hetcomm-train runs it (trainer/hetcomm_train.cc, trainer/pipeline.h):
 //
-//   1. every replica runs its micro-batches through its stages 1F1B: stage s of S runs min(S - s - 1, M)
-//      forwards, then one forward and one backward in turn, then the backwards left. A forward waits for the
+//   1. every replica runs its micro-batches through its stages 1F1B: stage s of S runs min(d (S - s - 1), M)
+//      forwards (d: the pipeline depth, trainer::Pipeline::warmupOf), then one forward and one backward in
+//      turn, then the backwards left. A forward waits for the
 //      previous stage's forward of the same micro-batch and its activation's transfer; a backward for the next
 //      stage's backward and the gradient's transfer back (the last stage: for its own forward). Transfers do
 //      not hold up the sender (they go out on streams of their own);
@@ -56,6 +57,7 @@ struct StepCost {
   double tiedSumS = 0;                       // the tied embedding's sum (two stages or more)
   double worldSumS = 0;                      // the loss and gradient-norm sum over the world
   std::vector<double> optimizerS;            // per stage: the optimizer, and the ZeRO-1 parameter gather
+  int pipelineDepth = 1;                     // forwards each stage runs ahead of the next (plan.pipelineDepth)
   // For the report, per step and mean over ranks: time in tensor-parallel sums and in pipeline transfers (the
   // simulation does not read them; they are in the stages' times already).
   double tpCommS = 0, pipelineCommS = 0;
@@ -73,7 +75,7 @@ struct StepPrediction {
   std::string describe() const;
 };
 
-// Errors (naming the field and the numbers): no replica; replicas of different stage counts or none; fewer than
+// Errors (naming the field and the numbers): no replica; a pipeline depth < 1; replicas of different stage counts or none; fewer than
 // one micro-batch; a negative or non-finite time; buckets or optimizerS not sized by the stage count (either
 // may be empty: nothing to reduce, no optimizer time); a share outside [0, 1].
 trainer::Result<StepPrediction> simulateStep(const StepCost& cost);

@@ -8,14 +8,14 @@
 namespace hetcomm::trainer {
 
 MemoryNeed memoryNeed(const TrainConfig& cfg, const Shard& shard, const ParamLayout& layout, size_t ownedFloats,
-                      int microBatches, int stage, int stages) {
+                      int microBatches, int stage, int stages, int depth) {
   MemoryNeed m;
   m.params = m.grads = double(layout.totalFloats()) * sizeof(float);
   m.optimizer = 2.0 * double(ownedFloats) * sizeof(float);
-  const int slots = Pipeline::slotsFor(stage, stages, microBatches);
+  const int slots = Pipeline::slotsFor(stage, stages, microBatches, depth);
   m.activations = double(slots) * Gpt::slotBytes(cfg.model, shard, cfg.microBatch) +
                   Gpt::scratchBytes(cfg.model, shard, cfg.microBatch);
-  m.buffers = Pipeline::bufferBytes(cfg.model, cfg.microBatch, microBatches, stage, stages);
+  m.buffers = Pipeline::bufferBytes(cfg.model, cfg.microBatch, microBatches, stage, stages, depth);
   return m;
 }
 

@@ -24,9 +24,9 @@ struct MemoryNeed {
 
 // ownedFloats: the floats this rank updates (DataParallel::ownedFloats: every float of the layout, or its ZeRO-1
 // slice of each bucket); microBatches: its replica's per step, so that stage `stage` of `stages` keeps
-// Pipeline::slotsFor of them in flight.
+// Pipeline::slotsFor of them in flight at the plan's pipeline depth.
 MemoryNeed memoryNeed(const TrainConfig& cfg, const Shard& shard, const ParamLayout& layout, size_t ownedFloats,
-                      int microBatches, int stage, int stages);
+                      int microBatches, int stage, int stages, int depth);
 
 // Every rank's need against its limit (both per global rank; roles names them): the start-up report's line,
 // "memory: every rank fits its limit; fullest rank R needs X of Y", or an error whose detail lists every rank

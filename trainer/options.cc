@@ -31,6 +31,10 @@ std::variant<Options, int> parseCommandLine(int argc, char** argv) {
                  "1: shard optimizer state over the data-parallel ranks (ZeRO-1); default: the "
                  "plan's, else 0")
       ->check(CLI::Range(0, 1));
+  app.add_option("--pipeline-depth", o.pipelineDepth,
+                 "forwards each pipeline stage runs ahead of the next (1: plain 1F1B; 2 hides the stage boundaries' "
+                 "transfers, for more activations held); default: the plan's, else 1")
+      ->check(CLI::Range(1, 64));
   app.add_option("--bucket-mb", o.bucketMb, "gradient bucket size in MiB")->check(CLI::PositiveNumber);
   app.add_option("--threads", o.threads, "BLAS threads per rank (default: cores / ranks on this host)");
   app.add_option("--checkpoint-dir", o.checkpointDir, "where checkpoints go");

@@ -22,6 +22,7 @@ struct Options {
   std::vector<std::string> data;
   std::string checkpointDir, resume, logJson, summaryJson;
   std::optional<int> zero;  // --zero; absent: the plan's, else 0
+  std::optional<int> pipelineDepth;  // --pipeline-depth; absent: the plan's, else 1
   double bucketMb = 1.0;
   int threads = 0;
   bool progress = true;

@@ -87,27 +87,40 @@ HybridGroups::~HybridGroups() {
     }
 }
 
-int Pipeline::slotsFor(int stage, int stages, int microBatches) {
-  return std::max(1, std::min(stages - stage, microBatches));
+int Pipeline::warmupOf(int stage, int stages, int microBatches, int depth) {
+  return static_cast<int>(std::min<int64_t>(int64_t(depth) * (stages - stage - 1), microBatches));
 }
 
-int Pipeline::boundaryBuffers(int stage, int stages, int microBatches) {
-  return std::max(1, std::min(microBatches, slotsFor(stage, stages, microBatches) + 1));
+int Pipeline::slotsFor(int stage, int stages, int microBatches, int depth) {
+  return std::max(1, std::min(warmupOf(stage, stages, microBatches, depth) + 1, microBatches));
 }
 
-size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages) {
+int Pipeline::boundaryBuffers(int stage, int stages, int microBatches, int depth) {
+  const int wanted = std::max(slotsFor(stage, stages, microBatches, depth) + 1, depth + 1);
+  return std::max(1, std::min(microBatches, wanted));
+}
+
+size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages,
+                             int depth) {
   const size_t act = size_t(maxBatch) * cfg.seqLen * cfg.dModel;  // as the constructor's
-  const size_t buffers = size_t(boundaryBuffers(stage, stages, microBatches));
+  const size_t buffers = size_t(boundaryBuffers(stage, stages, microBatches, depth));
   const size_t floats = act * (buffers * ((stage + 1 < stages) + (stage > 0)) + 3) + (stage + 1 < stages ? act : 0);
   return floats * sizeof(float);
 }
 
-Pipeline::Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches)
-    : g_(groups), model_(model), C_(cfg.dModel), T_(cfg.seqLen), stage_(groups.role().stage), stages_(groups.stages()) {
+Pipeline::Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches,
+                   int depth)
+    : g_(groups),
+      model_(model),
+      C_(cfg.dModel),
+      T_(cfg.seqLen),
+      stage_(groups.role().stage),
+      stages_(groups.stages()),
+      depth_(depth) {
   const size_t act = size_t(maxBatch) * T_ * C_;
   hetcommStreamCreate(&fwdStream_);
   hetcommStreamCreate(&bwdStream_);
-  const int buffers = boundaryBuffers(stage_, stages_, microBatches);
+  const int buffers = boundaryBuffers(stage_, stages_, microBatches, depth_);
   outs_.assign(buffers, std::vector<float>(stage_ + 1 < stages_ ? act : 0));
   dins_.assign(buffers, std::vector<float>(stage_ > 0 ? act : 0));
   in_.resize(act);
@@ -152,7 +165,7 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
                               const std::function<void(int)>& groupDone,
                               const std::function<void(double, double)>& computeHook) {
   const int M = static_cast<int>(micro.size());
-  const int warmup = std::min(stages_ - stage_ - 1, M), slots = slotsFor(stage_, stages_, M);
+  const int warmup = warmupOf(stage_, stages_, M, depth_), slots = slotsFor(stage_, stages_, M, depth_);
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
   double lossSum = 0;
   // Runs one forward or backward of the model and reports its compute time apart from its TP reductions.
@@ -168,12 +181,12 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
   // written again only when its last send has been received:
   //   - an activation sent in forward(i - K): this stage has since finished backward(i - 1 - warmup), whose
   //     gradient the next stage computed from all of activation i - 1 - warmup >= i - K (K >= warmup + 1);
-  //   - an input gradient sent in backward(i - K): in the 1F1B loop, with the previous stage one warmup ahead
-  //     (stages - stage <= M), this stage's forward(i + warmup) took an activation the previous stage sent after
-  //     its backward(i - 2) >= backward(i - K). Elsewhere (the cool-down, or warmups capped by M) nothing says so,
-  //     and the backward stream is drained first.
+  //   - an input gradient sent in backward(i - K): in the 1F1B loop, with the previous stage depth ahead (its
+  //     warm-up depth (stages - stage) not capped by M), this stage's forward(i + warmup) took an activation the
+  //     previous stage sent after its backward(i - 1 - depth) >= backward(i - K) (K >= depth + 1). Elsewhere
+  //     (the cool-down, or warm-ups capped by M) nothing says so, and the backward stream is drained first.
   const int K = static_cast<int>(outs_.size());
-  const bool previousOneAhead = stages_ - stage_ <= M;
+  const bool previousAhead = int64_t(depth_) * (stages_ - stage_) <= M;
   auto forward = [&](int i) -> Result<void> {
     const size_t floats = size_t(micro[i].sequences) * T_ * C_;
     float* out = last ? nullptr : outs_[i % K].data();
@@ -193,7 +206,7 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     if (!last)
       if (auto r = recvBoundary(dout_.data(), floats, stage_ + 1, g_.bwd()); !r) return r;
     float* din = first ? nullptr : dins_[i % K].data();
-    if (din && i >= K && !(inLoop && previousOneAhead)) TRY_HC(hetcommStreamSynchronize(bwdStream_), g_.bwd());
+    if (din && i >= K && !(inLoop && previousAhead)) TRY_HC(hetcommStreamSynchronize(bwdStream_), g_.bwd());
     if (auto r = timed([&] {
           return model_.backwardStage(i % slots, params, grads, lossScale, dout_.data(), din,
                                       i + 1 == M ? groupDone : nullptr);

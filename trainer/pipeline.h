@@ -17,6 +17,13 @@
 //
 // 1F1B (PipeDream-Flush / Megatron): stage s runs min(S - s - 1, M) forwards, then alternates one forward and
 // one backward, then the remaining backwards; so at most S - s micro-batches are in flight on it.
+//
+// With pipeline depth d (the plan's pipeline_depth) the warm-up is min(d (S - s - 1), M) forwards: each stage
+// runs d forwards ahead of the next one instead of one. Plain 1F1B puts a boundary's two transfers on the
+// critical path: stage s sends forward(m + 1) only after its backward(m - 1), so with stages of T0 and T1 a
+// micro-batch per (T0 + T1 + activation + gradient transfer) / 2 at best, not per max(T0, T1). Depth 2 lets the
+// next activation cross while the next stage computes, at the price of d (S - s - 1) - (S - s - 1) more
+// micro-batches' activations held on stage s.
 #pragma once
 
 #include <hetcomm/hetcomm.h>
@@ -71,13 +78,16 @@ struct MicroBatch {
 
 class Pipeline {
  public:
-  // model: this rank's stage (built with slotsFor() slots); not owned.
-  Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches);
+  // model: this rank's stage (built with slotsFor() slots); not owned. depth: the plan's pipeline_depth.
+  Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches,
+           int depth);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  // Slots the model needs: micro-batches in flight on this stage.
-  static int slotsFor(int stage, int stages, int microBatches);
+  // Forwards stage `stage` runs before its first backward: min(depth (stages - stage - 1), microBatches).
+  static int warmupOf(int stage, int stages, int microBatches, int depth);
+  // Slots the model needs: micro-batches in flight on this stage (its warm-up and one more).
+  static int slotsFor(int stage, int stages, int microBatches, int depth);
 
   // One step's 1F1B over `micro` (the replica's micro-batches, in order): accumulates gradients into grads;
   // groupDone as Gpt::backward, from the last micro-batch's backward. Returns the sum over micro-batches of
@@ -88,10 +98,11 @@ class Pipeline {
                       const std::function<void(int)>& groupDone,
                       const std::function<void(double, double)>& computeHook);
   // Bytes of the buffers a pipeline of these shapes holds (for memory limits).
-  static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages);
-  // Boundary buffers of each kind (activations sent, input gradients sent) a stage keeps: the micro-batches in
-  // flight and one more, reused round-robin (at most one per micro-batch).
-  static int boundaryBuffers(int stage, int stages, int microBatches);
+  static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages, int depth);
+  // Boundary buffers of each kind (activations sent, input gradients sent) a stage keeps, reused round-robin:
+  // the micro-batches in flight and one more, and at least depth + 1 (the previous stage runs depth ahead); at
+  // most one per micro-batch.
+  static int boundaryBuffers(int stage, int stages, int microBatches, int depth);
   // Forward only (evaluation), one micro-batch after another: the sum of loss * sequences on the last stage.
   Result<double> evaluate(const float* params, const std::vector<MicroBatch>& micro);
 
@@ -101,7 +112,7 @@ class Pipeline {
 
   HybridGroups& g_;
   StageModel& model_;
-  int C_, T_, stage_, stages_;
+  int C_, T_, stage_, stages_, depth_;
   hetcommStream_t fwdStream_ = nullptr, bwdStream_ = nullptr;
   std::vector<std::vector<float>> outs_, dins_;  // boundaryBuffers of each: sent activations / input gradients
   std::vector<float> in_, dout_, slice_, evalOut_;

@@ -107,7 +107,8 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
   Reader in(source);
   ParallelPlan plan;
   if (!in.onlyKnownKeys(j, "",
-                        {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero", "zero_shares"}))
+                        {"data_parallel", "micro_batches", "stages", "ranks", "micro_batch", "zero", "zero_shares",
+                         "pipeline_depth"}))
     return in.error();
 
   if (auto it = j.find("data_parallel"); it != j.end()) in.integer(*it, "data_parallel", plan.dp);
@@ -129,6 +130,7 @@ Result<ParallelPlan> planFromJson(const json& j, const std::string& source) {
       }
     }
   }
+  if (auto it = j.find("pipeline_depth"); it != j.end()) in.integer(*it, "pipeline_depth", plan.pipelineDepth);
   if (auto it = j.find("zero"); it != j.end()) {
     in.integer(*it, "zero", plan.zero);
     if (!in.failed() && plan.zero != 0 && plan.zero != 1) in.fail("zero", "must be 0 or 1, got " + str(plan.zero));
@@ -349,6 +351,7 @@ json toJson(const ParallelPlan& plan) {
   if (!plan.ranks.empty()) j["ranks"] = plan.ranks;
   if (plan.microBatch > 0) j["micro_batch"] = plan.microBatch;
   if (plan.zero >= 0) j["zero"] = plan.zero;
+  if (plan.pipelineDepth != 1) j["pipeline_depth"] = plan.pipelineDepth;
   if (!plan.zeroShares.empty()) j["zero_shares"] = plan.zeroShares;
   return j;
 }
@@ -366,6 +369,9 @@ ParallelPlan uniformPlan(const TrainConfig& config, int tp, int pp, int dp) {
 
 Result<void> validatePlanShape(const ParallelPlan& plan, const std::string& source) {
   if (plan.dp < 1) return keyError(source, "data_parallel", "must be positive, got " + str(plan.dp));
+  // More than 64 would only hold more activations: the warm-up is capped by the micro-batches anyway.
+  if (plan.pipelineDepth < 1 || plan.pipelineDepth > 64)
+    return keyError(source, "pipeline_depth", "must be in [1, 64], got " + str(plan.pipelineDepth));
   if (plan.stages.empty()) return keyError(source, "stages", "must list at least one pipeline stage, got none");
   const size_t n = plan.stages.size();
   int64_t perReplica = 0;

@@ -19,6 +19,11 @@
 //     "micro_batch": 2,                          optional: sequences per micro-batch; the run's config must
 //                                                agree (the trainer takes it over); absent = the config's
 //     "zero": 1,                                 optional: ZeRO-1 on (1) or off (0); absent = the command line's
+//     "pipeline_depth": 2,                       optional, default 1 (plain 1F1B): each stage starts with depth
+//                                                forwards more than the next one does (Pipeline::warmupOf), so a
+//                                                boundary keeps depth micro-batches in flight and hides its
+//                                                transfers behind compute, for depth more micro-batches'
+//                                                activations on the early stages
 //     "zero_shares": [2, 2, 1, 1, 2, 2, 1, 1] }  optional, with ZeRO-1: each global rank's share of its data-
 //                                                parallel group's optimizer state (positive; a group's shares are
 //                                                normalised among its ranks); absent = even (Cephalo: sized to
@@ -27,7 +32,7 @@
 // first or last stage may hold 0 blocks; any other stage needs at least one.
 //
 // The C++ fields are the keys' camelCase twins (dp, microBatches, stages[i].layers, stages[i].tp, ranks,
-// microBatch, zero, zeroShares).
+// microBatch, zero, pipelineDepth, zeroShares).
 //
 // Not here: building communicators, running the pipeline schedule, the model's split into stage parameters.
 #pragma once
@@ -57,6 +62,7 @@ struct ParallelPlan {
   std::vector<std::vector<std::vector<int>>> ranks{};
   int microBatch = 0;                // sequences per micro-batch; 0 = the config's micro_batch
   int zero = -1;                     // ZeRO-1: 1 on, 0 off, -1 = not said (the command line decides)
+  int pipelineDepth = 1;             // forwards each stage runs ahead of the next one; 1 = plain 1F1B
   std::vector<double> zeroShares{};  // per global rank: its share of its DP group's optimizer state; empty = even
 
   int ranksPerReplica() const;    // sum of the stages' tp: the ranks one pipeline replica occupies
@@ -80,9 +86,10 @@ nlohmann::json toJson(const ParallelPlan& plan);
 // so that validatePlan says why. No checks here (pp > nLayer gives 0-block stages): call validatePlan.
 ParallelPlan uniformPlan(const TrainConfig& config, int tp, int pp, int dp);
 
-// The checks that need only the plan: dp >= 1; at least one stage; tp >= 1; layers >= 0, and 0 only on the first or
-// last of >= 2 stages; micro_batches with dp entries, each >= 1, when given; explicit ranks with the shape
-// [dp][stages][tp] holding each of 0..worldSize()-1 once, when given. parsePlan runs these.
+// The checks that need only the plan: dp >= 1; pipeline_depth in [1, 64]; at least one stage; tp >= 1; layers
+// >= 0, and 0 only on the first or last of >= 2 stages; micro_batches with dp entries, each >= 1, when given;
+// explicit ranks with the shape [dp][stages][tp] holding each of 0..worldSize()-1 once, when given. parsePlan
+// runs these.
 Result<void> validatePlanShape(const ParallelPlan& plan, const std::string& source = "plan");
 // All checks against the run: validatePlanShape, then the stages' layers sum to model.n_layer; each tp divides
 // n_head (heads split over TP ranks), d_model (and so 4*d_model, the MLP width) and vocab_size (the

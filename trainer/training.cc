@@ -80,6 +80,7 @@ void Training::State::choosePlan() {
     cfg.microBatch = plan.microBatch;
   }
   zero1 = o.zero ? *o.zero == 1 : plan.zero == 1;
+  if (o.pipelineDepth) plan.pipelineDepth = *o.pipelineDepth;
   check(rank, validatePlan(plan, cfg, world, planSource));
   if (o.predict && o.plan != "auto") predict();
 }
@@ -197,13 +198,13 @@ void Training::State::buildModel() {
   if (!plan.zeroShares.empty())
     for (int d = 0; d < plan.dp; ++d) shares.push_back(plan.zeroShares[table.ranks[d][role.stage][role.tpRank]]);
   dp = std::make_unique<DataParallel>(groups->dp(), *layout, zero1, shares);
-  const int slots = Pipeline::slotsFor(role.stage, S, accum);
+  const int slots = Pipeline::slotsFor(role.stage, S, accum, plan.pipelineDepth);
   if (o.emulateCompute)
     model = std::make_unique<EmulatedStage>(cfg.model, layout->shard(), cfg.microBatch, slots, groups->tpGroup(),
                                             speed * referenceGflops * 1e9);
   else
     model = std::make_unique<Gpt>(cfg.model, *layout, cfg.microBatch, slots, groups->tpGroup());
-  pipeline = std::make_unique<Pipeline>(*groups, *model, cfg.model, cfg.microBatch, accum);
+  pipeline = std::make_unique<Pipeline>(*groups, *model, cfg.model, cfg.microBatch, accum, plan.pipelineDepth);
   adam = std::make_unique<AdamW>(cfg, *layout, dp->ownedRanges());
   schedule = std::make_unique<LrSchedule>(cfg);
   params.assign(layout->totalFloats(), 0.0f);

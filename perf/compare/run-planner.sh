@@ -6,8 +6,8 @@
 # overlap cost.
 #
 #   fidelity  on each --clusters cluster, with mixed device speeds: --plans random plans (seeded; random degrees,
-#             per-stage TP, uneven layers and micro-batches, micro-batch size, ZeRO-1, and ranks placed along the
-#             hosts or at random) and the --plan auto plan, each run with --predict. Predicted against measured
+#             per-stage TP, uneven layers and micro-batches, micro-batch size, ZeRO-1, pipeline depth 1 or 2, and
+#             ranks placed along the hosts or at random) and the --plan auto plan, each run with --predict. Predicted against measured
 #             step (median of the steps after --skip): the median absolute error, Kendall's tau of the two
 #             orders, and the auto plan against the best measured. Then --real plans with real compute on 2 local
 #             ranks (the profile measured on this host).
@@ -15,11 +15,13 @@
 #             best hand plan (DP8, micro-batches by speed), a Megatron-style plan (TP2 x PP2 x DP2, even layers
 #             and micro-batches, TP in a host), the same with --assignment naive, and one speed-1 device alone:
 #             the HetHub bound is (sum of the speeds = 6) x that. Twice: without memory limits, and with limits
-#             on the slow hosts (--slow-memory) that leave them no room for a whole replica.
+#             on the slow hosts (--slow-memory) that leave them no room for a whole replica (--limits: only
+#             one of the two).
 #
 # Usage: perf/compare/run-planner.sh [--clusters "mixed-4x2 eth-4x2"] [--plans 12] [--real 3] [--seed 1]
 #                                    [--steps 5] [--skip 1] [--reference-gflops 50] [--n-layer 12]
 #                                    [--global-batch 48] [--slow-memory 80M] [--rounds 2] [--only fidelity|quality]
+#                                    [--limits both|none|slow]
 #                                    [--json FILE] [--timeout 600]
 # Needs root (network namespaces); brings each cluster up and down again.
 set -euo pipefail
@@ -32,7 +34,7 @@ PROG=run-planner
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
 CLUSTERS="mixed-4x2 eth-4x2"
-PLANS=12 REAL=3 SEED=1 STEPS=5 SKIP=1 GFLOPS=50 NLAYER=12 GLOBAL=48 SLOWMEM=80M ROUNDS=2 ONLY="" JSON_OUT="" TIMEOUT_S=600
+PLANS=12 REAL=3 SEED=1 STEPS=5 SKIP=1 GFLOPS=50 NLAYER=12 GLOBAL=48 SLOWMEM=80M ROUNDS=2 ONLY="" LIMITS=both JSON_OUT="" TIMEOUT_S=600
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --clusters) CLUSTERS=${2:?}; shift 2 ;;
@@ -47,6 +49,7 @@ while [[ $# -gt 0 ]]; do
     --slow-memory) SLOWMEM=${2:?}; shift 2 ;;
     --rounds) ROUNDS=${2:?}; shift 2 ;;
     --only) ONLY=${2:?}; shift 2 ;;
+    --limits) LIMITS=${2:?}; shift 2 ;;
     --json) JSON_OUT=${2:?}; shift 2 ;;
     --timeout) TIMEOUT_S=${2:?}; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -58,6 +61,7 @@ for v in PLANS REAL SEED STEPS ROUNDS TIMEOUT_S NLAYER GLOBAL; do
 done
 [[ $SKIP =~ ^[0-9]+$ && $SKIP -lt $STEPS ]] || die "--skip must be a non-negative integer below --steps ($STEPS)"
 [[ -z $ONLY || $ONLY == fidelity || $ONLY == quality ]] || die "--only takes fidelity or quality"
+[[ $LIMITS == both || $LIMITS == none || $LIMITS == slow ]] || die "--limits takes both, none or slow"
 [[ $(id -u) -eq 0 ]] || die "needs root (network namespaces)"
 for b in hetcomm-run hetcomm-train; do [[ -x $BUILD/bin/$b ]] || die "missing $BUILD/bin/$b (build first)"; done
 LOG_DIR=$BUILD/compare/logs/planner-$(date +%Y%m%d-%H%M%S)-$$
@@ -65,11 +69,11 @@ mkdir -p "$LOG_DIR"
 echo "run-planner: logs in $LOG_DIR" >&2
 
 exec python3 - "$REPO_ROOT" "$BUILD" "$LOG_DIR" "$CLUSTERS" "$PLANS" "$REAL" "$SEED" "$STEPS" "$SKIP" "$GFLOPS" \
-  "$NLAYER" "$GLOBAL" "$SLOWMEM" "$ROUNDS" "$ONLY" "$JSON_OUT" "$TIMEOUT_S" <<'PY'
+  "$NLAYER" "$GLOBAL" "$SLOWMEM" "$ROUNDS" "$ONLY" "$JSON_OUT" "$TIMEOUT_S" "$LIMITS" <<'PY'
 import itertools, json, os, random, statistics as st, subprocess, sys
 
 (repo, build, logs, clusters, n_plans, n_real, seed, steps, skip, gflops, n_layer, global_batch, slow_memory,
- rounds, only, json_out, timeout) = sys.argv[1:18]
+ rounds, only, json_out, timeout, limits_mode) = sys.argv[1:19]
 n_plans, n_real, seed, steps, skip = int(n_plans), int(n_real), int(seed), int(steps), int(skip)
 n_layer, global_batch, rounds, timeout = int(n_layer), int(global_batch), int(rounds), int(timeout)
 RUN, TRAIN = f"{build}/bin/hetcomm-run", f"{build}/bin/hetcomm-train"
@@ -112,8 +116,9 @@ def compositions(total, parts, rng, lo=1):
     return [s + lo - 1 for s in sizes]
 
 
-def random_plan(rng, world=8, rph=2):
-    """A valid random plan for 8 ranks on 4 hosts of 2."""
+def random_plan(rng, depth_rng, world=8, rph=2):
+    """A valid random plan for 8 ranks on 4 hosts of 2 (its pipeline depth, 1 or 2, from depth_rng: the rest is the
+    plan the seed gave before plans had a depth)."""
     while True:
         per_replica = rng.choice([1, 2, 4, 8])
         dp = world // per_replica
@@ -141,6 +146,8 @@ def random_plan(rng, world=8, rph=2):
             ranks = [h * rph + k for h in hosts for k in range(rph)]
         it = iter(ranks)
         plan["ranks"] = [[[next(it) for _ in range(t)] for t in tps] for _ in range(dp)]
+        if len(tps) > 1:
+            plan["pipeline_depth"] = depth_rng.choice([1, 2])
         return plan
 
 
@@ -163,7 +170,7 @@ result = {"reference_gflops": float(gflops), "n_layer": n_layer, "global_batch":
 
 # ---- fidelity ----
 if only in ("", "fidelity"):
-    rng = random.Random(seed)
+    rng, depth_rng = random.Random(seed), random.Random(seed + 1000003)
     fidelity = {}
     for cluster in clusters.split():
         speeds = ",".join(f"{v:g}" for v in SPEEDS[cluster])
@@ -171,7 +178,7 @@ if only in ("", "fidelity"):
         try:
             rows = []
             for i in range(n_plans):
-                plan = random_plan(rng)
+                plan = random_plan(rng, depth_rng)
                 path = f"{logs}/{cluster}.plan{i}.json"
                 json.dump(plan, open(path, "w"))
                 meas, pred, _ = run(f"{cluster}.plan{i}", cluster_cmd(cluster) + COMMON + EMULATED +
@@ -234,7 +241,8 @@ if only in ("", "quality"):
     quality = {}
     up(cluster)
     try:
-        for scenario, mem in (("no limits", []), (f"slow hosts {slow_memory}", ["--memory-limits", limits])):
+        scenarios = {"none": [("no limits", [])], "slow": [(f"slow hosts {slow_memory}", ["--memory-limits", limits])]}
+        for scenario, mem in scenarios["none"] * (limits_mode != "slow") + scenarios["slow"] * (limits_mode != "none"):
             runs = {k: [] for k in list(configs) + ["one"]}
             refused = {}
             for r in range(rounds):

@@ -35,6 +35,8 @@ matches zero 4 "DP2xPP2 with ZeRO-1" --plan "$plans/dp2pp2-uneven-layers.json" -
 matches naive 4 "TP2xPP2, naive assignment" --tp 2 --pp 2 --assignment naive
 matches zshares 4 "DP2xPP2 with ZeRO-1 shares 3:1 (by memory)" --plan "$plans/dp2pp2-zero-shares.json"
 matches speeds 2 "PP2 with device speeds 1, 0.5" --pp 2 --device-speeds 1,0.5
+# Warm-ups capped by the 4 micro-batches: stage 0 runs all its forwards first.
+matches deepcap 4 "PP4 at pipeline depth 2, warm-ups capped" --pp 4 --pipeline-depth 2
 
 # Many micro-batches (16 of 1): the stages reuse their boundary buffers round-robin (one more than in flight), under
 # uneven speeds that reorder who waits for whom; the losses stay the single process's.
@@ -43,6 +45,11 @@ small=("${small[@]:0:10}" --micro-batch 1 --global-batch 16 "${small[@]:14}")
 train one16 1; check "1 rank, 16 micro-batches runs" $?
 train pp4many 4 --pp 4 --device-speeds 0.4,1,0.6,1; check "PP4, 16 micro-batches runs" $?
 compare one16 pp4many 1e-4; check "PP4 with 16 micro-batches and reused boundary buffers: the single process's losses" $?
+# Deeper pipelines (each stage runs 2 or 3 forwards ahead of the next; warm-ups 6,4,2,0 and 9,6,3,0 of 16).
+train pp4deep 4 --pp 4 --pipeline-depth 2 --device-speeds 0.4,1,0.6,1; check "PP4 at depth 2 runs" $?
+compare one16 pp4deep 1e-4; check "PP4 at pipeline depth 2: the single process's losses" $?
+train pp4deeper 4 --pp 4 --pipeline-depth 3 --device-speeds 1,0.4,1,0.6; check "PP4 at depth 3 runs" $?
+compare one16 pp4deeper 1e-4; check "PP4 at pipeline depth 3: the single process's losses" $?
 small=("${saved[@]}")
 grep -q "rank  host  island  replica  stage  tp_rank" "$work/tp2pp2.log"; check "the role table is printed" $?
 grep -q "pipeline bubble" "$work/tp2pp2.log"; check "the bubble fraction is reported" $?
@@ -144,6 +151,8 @@ refused() {  # name ranks pattern description args...
 echo '{"stages": [{"layers": 1}, {"layers": 2}]}' >"$work/short.json"
 refused short 2 "n_layer" "stages whose layers do not sum to n_layer" --plan "$work/short.json"
 refused tp3 2 "does not divide the 2 ranks" "--tp 3 on 2 ranks" --tp 3
+echo '{"stages": [{"layers": 2}, {"layers": 2}], "pipeline_depth": 0}' >"$work/depth0.json"
+refused depth0 2 "'pipeline_depth': must be in \[1, 64\], got 0" "a plan's pipeline_depth of 0" --plan "$work/depth0.json"
 refused speedcount 2 "device-speeds" "--device-speeds with a wrong count" --pp 2 --device-speeds 1
 refused world 3 "ranks" "a plan for 2 ranks run on 3" --plan "$plans/dp2-uneven-micro.json"
 refused memory 2 "rank 0 (replica 0, stage 0, tp rank 0) needs .* > its limit 1.0 MiB: parameters" \

@@ -53,8 +53,8 @@ TEST(Profile, MeasuresAndCaches) {
   ASSERT_TRUE(second.has_value());
   EXPECT_TRUE(cached);
   EXPECT_EQ(second->measured().at({2, 2}).blockForwardS, first->measured().at({2, 2}).blockForwardS);
-  // A TP rank's shard computes less than the whole block.
-  EXPECT_LT(first->at(tiny(), 2, 2).blockBackwardS, first->at(tiny(), 2, 1).blockBackwardS);
+  // No comparison of the times themselves (e.g. a TP shard faster than the whole block): they are tens of
+  // microseconds on this model, and a loaded CI machine reversed one such comparison. perf/ measures speed.
   trainer::ModelConfig other = tiny();
   other.dModel = 64;
   ASSERT_TRUE(measureProfile(other, {1, 2}, {2}, 1, dir, &cached).has_value());

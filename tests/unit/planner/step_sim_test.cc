@@ -45,6 +45,37 @@ TEST(StepSim, TransfersDelayTheReceiverNotTheSender) {
   EXPECT_DOUBLE_EQ(p.pipelineEndS[0][0], 10);
 }
 
+// Depth 2: each stage runs two forwards ahead of the next, so a boundary's transfers leave the critical path.
+// Stages of F + B = 3 with 0.5 s each way: plain 1F1B's steady state runs a micro-batch per (3 + 3 + 0.5 + 0.5) / 2
+// = 3.5 s (stage 0 sends forward m + 1 only after its backward m - 1), depth 2 per 3 s, the stages' own pace.
+TEST(StepSim, DepthHidesTheBoundaryTransfers) {
+  auto period = [](int depth) {
+    StepCost ten = pipeline(2, 10, 1, 2, 0.5), twenty = pipeline(2, 20, 1, 2, 0.5);
+    ten.pipelineDepth = twenty.pipelineDepth = depth;
+    return (simulateStep(twenty).value().pipelineS - simulateStep(ten).value().pipelineS) / 10;
+  };
+  EXPECT_DOUBLE_EQ(period(1), 3.5);
+  EXPECT_DOUBLE_EQ(period(2), 3);
+  EXPECT_DOUBLE_EQ(period(3), 3);
+  // Without transfers depth changes nothing: (M + S - 1)(F + B) still.
+  StepCost c = pipeline(3, 6, 1, 2);
+  c.pipelineDepth = 2;
+  EXPECT_DOUBLE_EQ(simulateStep(c).value().pipelineS, 8 * 3.0);
+  // Every depth and shape runs every op once (warm-ups capped by M included): each stage computes M (F + B).
+  for (int depth : {1, 2, 3})
+    for (int S : {2, 3, 4})
+      for (int M : {1, 2, 3, 5, 9}) {
+        StepCost d = pipeline(S, M, 1, 2, 0.25);
+        d.pipelineDepth = depth;
+        auto p = simulateStep(d).value();
+        for (int s = 0; s < S; ++s) EXPECT_DOUBLE_EQ(p.busyS[0][s], 3.0 * M) << depth << " " << S << " " << M;
+      }
+  c.pipelineDepth = 0;
+  auto bad = simulateStep(c);
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().message().find("pipelineDepth"), std::string::npos) << bad.error().message();
+}
+
 // A slow middle stage sets the pace: the others wait for it.
 TEST(StepSim, TheSlowestStageSetsThePace) {
   StepCost c = pipeline(3, 8, 1, 2);

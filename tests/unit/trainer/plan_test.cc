@@ -70,9 +70,11 @@ TEST(Plan, OptionalKeysTakeTheirDefaults) {
   EXPECT_TRUE(p->microBatches.empty());
   EXPECT_EQ(p->stages, (std::vector<StagePlan>{{.layers = 2, .tp = 1}, {.layers = 2, .tp = 1}}));
   EXPECT_TRUE(p->ranks.empty());
-  // Empty optional lists are left out, and the rest written in full.
+  EXPECT_EQ(p->pipelineDepth, 1);
+  // Empty optional lists and the default depth are left out, and the rest written in full.
   const json j = toJson(*p);
   EXPECT_FALSE(j.contains("micro_batches"));
+  EXPECT_FALSE(j.contains("pipeline_depth"));
   EXPECT_FALSE(j.contains("ranks"));
   EXPECT_EQ(j["stages"][1]["tensor_parallel"], 1);
   EXPECT_EQ(j["data_parallel"], 1);
@@ -111,6 +113,19 @@ TEST(Plan, ParseErrorsNameTheKeyPath) {
     EXPECT_EQ(r.error().field, c.field) << c.json << " -> " << r.error().message();
     EXPECT_NE(r.error().detail.find(c.says), std::string::npos) << c.json << " -> " << r.error().message();
   }
+}
+
+TEST(Plan, PipelineDepthRoundTripsAndIsBounded) {
+  Result<ParallelPlan> p = parsePlan(R"({"stages": [{"layers": 2}, {"layers": 2}], "pipeline_depth": 2})");
+  ASSERT_TRUE(p.has_value()) << messageOf(p);
+  EXPECT_EQ(p->pipelineDepth, 2);
+  EXPECT_EQ(toJson(*p)["pipeline_depth"], 2);
+  EXPECT_EQ(parsePlan(toJson(*p).dump()).value(), *p);
+  for (const char* bad : {"0", "-1", "65"})
+    expectError(parsePlan(std::string(R"({"stages": [{"layers": 4}], "pipeline_depth": )") + bad + "}", "plan p.json"),
+                "key 'pipeline_depth'", {"must be in [1, 64], got " + std::string(bad)});
+  expectError(parsePlan(R"({"stages": [{"layers": 4}], "pipeline_depth": "2"})"), "key 'pipeline_depth'",
+              {"must be an integer"});
 }
 
 TEST(Plan, ParsingRunsThePlanOnlyChecks) {
