@@ -19,6 +19,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/library_watch.h"
+
 #define NCCL_ABI extern "C" __attribute__((visibility("default")))
 // NCCL's profiling entry points (pnccl*) are the same functions.
 #define PNCCL_ALIAS(name) extern "C" __attribute__((visibility("default"), alias(#name))) decltype(name) p##name;
@@ -88,10 +90,8 @@ bool typeOk(ncclDataType_t t, hetcommDataType_t* out) {
 
 // ---- CUDA streams: one hetcomm stream per cudaStream_t, made on first use ----
 bool cudaInUse() {
-  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-  if (!h) return false;
-  dlclose(h);
-  return true;
+  static auto* driver = new hetcomm::LibraryWatch("libcuda.so");  // never destroyed: calls may run at exit
+  return driver->loaded();
 }
 
 ncclResult_t streamFor(cudaStream_t s, hetcommStream_t* out) {

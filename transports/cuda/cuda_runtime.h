@@ -29,8 +29,7 @@ struct BufferInfo {
   int device = -1;  // the GPU that owns device memory
 };
 
-// Whether CUDA is in use in this process (the driver library is mapped). Cheap after it first says yes; until
-// then one dlopen(RTLD_NOLOAD) per call.
+// Whether CUDA is in use in this process (the driver library is mapped). Cheap: common/library_watch.h.
 bool cudaInUse();
 
 // What one buffer argument is. name ("sendbuff") goes into the error. A NULL or empty buffer is host memory.
