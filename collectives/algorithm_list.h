@@ -8,6 +8,7 @@ namespace hetcomm::coll {
 const Algorithm& ringAllReduce();
 const Algorithm& hierAllReduce();
 const Algorithm& recursiveDoublingAllReduce();
+const Algorithm& hostSlotsAllReduce();
 const Algorithm& ringReduceScatter();
 const Algorithm& hierReduceScatter();
 const Algorithm& ringAllGather();

@@ -12,7 +12,7 @@ namespace hetcomm::coll {
 
 std::span<const Algorithm* const> allAlgorithms() {
   static const Algorithm* const table[] = {
-      &ringAllReduce(),  &hierAllReduce(), &recursiveDoublingAllReduce(),
+      &ringAllReduce(),  &hierAllReduce(), &recursiveDoublingAllReduce(), &hostSlotsAllReduce(),
       &ringReduceScatter(), &hierReduceScatter(), &ringAllGather(), &hierAllGather(),
       &chainBroadcast(), &hierBroadcast(), &chainReduce(), &hierReduce(),
       &synthAllReduce(), &synthReduceScatter(), &synthAllGather(), &synthBroadcast(), &synthReduce(),
@@ -51,10 +51,15 @@ const Algorithm* automatic(const Args& a, const GroupView& g) {
   const int cls = sizeClass(bytes);
   const GroupCache::SelectionKey key{static_cast<int>(a.kind), a.root, static_cast<int>(a.dtype),
                                      static_cast<int>(a.op), a.inPlace, cls};
+  const Algorithm* kept = nullptr;
   {
     std::lock_guard<std::mutex> lock(g.cache->mu);
-    if (auto it = g.cache->selections.find(key); it != g.cache->selections.end()) return it->second;
+    if (auto it = g.cache->selections.find(key); it != g.cache->selections.end()) kept = it->second;
   }
+  // The class's choice where it serves this size; otherwise (an algorithm with a size limit inside the class) the
+  // cheapest for the size itself. Either way a function of the call alone, whatever was called before. (Estimates
+  // take the cache's lock themselves.)
+  if (kept) return kept->supports(a, g) ? kept : cheapest(a, g);
   Args mid = a;
   if (cls >= 0) mid.count = std::max<size_t>(1, static_cast<size_t>(std::exp2((cls + 0.5) / kClassesPerOctave) / esz));
   const Algorithm* best = cheapest(mid, g);

@@ -83,6 +83,10 @@ struct GroupView {
   double copyGBps(int r) const;
   double reduceGBps(int r) const;
 
+  // Bytes of the slot every rank has in a region of shared memory all the group's ranks map (comm/host_slots.h):
+  // set only where they all run on one host and talk over shm. 0: no such region (the slots algorithm needs one).
+  size_t hostSlotBytes = 0;
+
   // What is derived from the group once and kept (its hierarchy, synthesised trees, selections): set by prepare();
   // without it every use derives afresh (tests that build views by hand).
   std::shared_ptr<GroupCache> cache;

@@ -59,7 +59,7 @@ void Executor::addConsistencyCheck(int sendTo, int recvFrom, std::span<const std
 }
 
 uint64_t Executor::wireTag(uint32_t tag) const {
-  if (sched_->p2pTags) return (1ull << 63) | tag;
+  if (sched_->p2pTags) return p2pWireTag(tag);
   return (opSeq_ << 32) | tag;
 }
 

@@ -43,6 +43,8 @@ class Executor {
   std::string waitingOn() const;
 
   static constexpr uint32_t kCheckTag = 0xffffffffu;
+  // The wire tag of a point-to-point message: its per-peer sequence number, in a space apart from collectives'.
+  static constexpr uint64_t p2pWireTag(uint32_t seq) { return (1ull << 63) | seq; }
 
  private:
   Status issue(uint32_t i);

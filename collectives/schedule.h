@@ -59,6 +59,8 @@ struct Schedule {
   kernels::RedOp op = kernels::RedOp::kSum;
   int nranks = 1;        // for kDivide
   bool p2pTags = false;  // tags are per-peer message numbers, not step numbers (point-to-point groups)
+  // No steps: the ranks' host slots carry the collective (GroupView::hostSlotBytes; the communicator runs it).
+  bool hostSlots = false;
 
   uint32_t add(const Step& s) {
     steps.push_back(s);

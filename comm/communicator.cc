@@ -142,6 +142,15 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
     // Seen from this rank when it is in the group, else from the group's rank 0.
     const int me = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank_) - ranks.begin());
     g = std::make_shared<coll::GroupView>(groupView(me < n ? me : 0, view, links, parentHost));
+    // Its own communicator would share host slots where this one does, or where the group is on this rank's host
+    // and this rank reaches those peers over shm (the rule of shareHostSlots).
+    bool slots = view.nhosts() == 1 && n >= 2 && n <= HostSlots::kMaxRanks;
+    if (slots && !slots_)
+      for (int r : ranks)
+        slots = slots && (r == rank_ ? true
+                                     : cluster_->hostOf(r) == cluster_->hostOf(rank_) &&
+                                           choices_[r].kind == transport::Kind::kShm);
+    if (slots) g->hostSlotBytes = HostSlots::kSlotBytes;
     std::lock_guard<std::mutex> lock(predictMu_);
     if (!predictedAt_.count(ranks)) {
       predicted_.push_back({ranks, g});
@@ -157,6 +166,7 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
 
 // Engine thread, before it sleeps: every transport re-arms its wake-up; false when one has work already.
 bool Communicator::readyToSleep() {
+  if (current_ && runner_ == Runner::kSlots && !slots_->armForSleep()) return false;
   for (auto& t : transports_)
     if (!t->armForSleep()) return false;
   return true;
@@ -315,7 +325,21 @@ Status Communicator::checkDescriptor(const Op& mine, std::span<const std::byte> 
 }
 
 Status Communicator::startOp(const std::shared_ptr<Op>& op) {
+  if (Status st; startOne(*op, &st)) {
+    if (st.ok()) markRunning(*op);
+    return st;
+  }
   HC_ASSIGN_OR_RETURN(auto plan, planFor(*op));
+  const bool collective = op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1;
+  if (slots_ && collective) slots_->announce(op->seq, descriptor(*op));
+  if (plan->hostSlots) {
+    runner_ = Runner::kSlots;
+    slots_->startAllReduce(op->seq, descriptor(*op), op->send, op->recv, op->args.count, op->args.dtype,
+                           op->args.op);
+    markRunning(*op);
+    return okStatus();
+  }
+  runner_ = Runner::kSchedule;
   if (plan->scratchBytes > scratchBytes_) {
     scratch_ = ScratchPtr(static_cast<std::byte*>(::operator new[](plan->scratchBytes, std::align_val_t(64))));
     scratchBytes_ = plan->scratchBytes;
@@ -327,29 +351,81 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
   // its requests any more).
   if (!exec_) exec_ = std::make_unique<coll::Executor>();
   exec_->reset(plan, bufs_, connPtrs_, op->seq);
-  if (op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1) {
+  if (collective) {
     const int next = (rank_ + 1) % nranks_;
     exec_->addConsistencyCheck(next, (rank_ + nranks_ - 1) % nranks_, descriptor(*op),
                                [this](std::span<const std::byte> theirs) {
                                  return checkDescriptor(*current_, theirs, (rank_ + nranks_ - 1) % nranks_);
                                });
   }
-  currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
-  currentStartSec_ = nowSec();
-  op->state.store(Op::kRunning, std::memory_order_release);
+  markRunning(*op);
   return okStatus();
+}
+
+// A send or receive alone (not in a group with others) to another rank goes straight to its connection, with the
+// tag the executor would give it: a group of one and a lone call meet on the wire.
+bool Communicator::startOne(const Op& op, Status* st) {
+  if (op.args.kind != coll::CollKind::kSendRecv || op.args.p2p.size() != 1 || op.extras.size() != 1) return false;
+  const coll::P2pOp& p = op.args.p2p[0];
+  if (p.peer == rank_ || p.peer < 0 || p.peer >= nranks_ || !connPtrs_[p.peer]) return false;
+  runner_ = Runner::kOne;
+  one_ = transport::Request{};
+  transport::Connection* c = connPtrs_[p.peer];
+  const uint64_t tag = coll::Executor::p2pWireTag(p.seq);
+  *st = p.isSend ? c->isend(one_, {op.extras[0], p.bytes}, tag) : c->irecv(one_, {op.extras[0], p.bytes}, tag);
+  return true;
+}
+
+// One clock read per operation: on virtual machines a read costs as much as a small message's work.
+void Communicator::markRunning(Op& op) {
+  const auto now = Deadline::Clock::now();
+  currentDeadline_ = Deadline::afterSec(options_.timeoutSec, now);
+  currentStartSec_ = std::chrono::duration<double>(now.time_since_epoch()).count();
+  op.state.store(Op::kRunning, std::memory_order_release);
+}
+
+Result<bool> Communicator::advanceCurrent(bool* moved) {
+  switch (runner_) {
+    case Runner::kSlots:
+      return slots_->advance(
+          connPtrs_,
+          [this](std::span<const std::byte> theirs, int from) { return checkDescriptor(*current_, theirs, from); },
+          moved);
+    case Runner::kOne:
+      if (one_.failed()) return one_.error;
+      if (one_.done()) *moved = true;
+      return one_.done();
+    case Runner::kSchedule:
+      break;
+  }
+  return exec_->advance(moved);
+}
+
+std::string Communicator::waitingOn() const {
+  switch (runner_) {
+    case Runner::kSlots:
+      return slots_->waitingOn();
+    case Runner::kOne: {
+      const coll::P2pOp& p = current_->args.p2p[0];
+      return format("%s rank %d", p.isSend ? "send to" : "recv from", p.peer);
+    }
+    case Runner::kSchedule:
+      break;
+  }
+  return exec_->waitingOn();
 }
 
 // Collectives of 1 MiB or more (where the link figures, not latency, set the time) that take under a third or
 // over three times their prediction, three in a row, mean the cached figures describe another machine state (a
 // probe taken under load, say): the cache goes, and the next communicator measures again.
-void Communicator::checkPrediction(const Op& op, double seconds) {
+void Communicator::checkPrediction(const Op& op) {
   constexpr size_t kMinBytes = 1 << 20;
   constexpr double kMargin = 3;
   constexpr int kStrikes = 3;
   if (rank_ != 0 || probeCacheFile_.empty() || op.args.kind == coll::CollKind::kSendRecv || op.predictedUs <= 0 ||
       op.args.count * kernels::sizeOf(op.args.dtype) < kMinBytes)
     return;
+  const double seconds = nowSec() - currentStartSec_;
   const double ratio = seconds * 1e6 / op.predictedUs;
   if (ratio > 1 / kMargin && ratio < kMargin) {
     contradictions_ = 0;
@@ -397,6 +473,7 @@ bool Communicator::progressOnce() {
     if (current_) drop.push_front(current_);
     current_.reset();
     exec_.reset();
+    runner_ = Runner::kSchedule;
     for (auto& op : drop) finishOp(op, why);
     setBusy(false);
     return moved;
@@ -437,7 +514,7 @@ bool Communicator::progressOnce() {
   }
   Result<bool> done = false;
   try {
-    done = exec_->advance(&moved);
+    done = advanceCurrent(&moved);
   } catch (const std::exception& e) {
     done = systemError("%s", e.what());
   }
@@ -451,7 +528,8 @@ bool Communicator::progressOnce() {
   }
   if (*done) {
     auto finished = std::move(current_);
-    checkPrediction(*finished, nowSec() - currentStartSec_);
+    runner_ = Runner::kSchedule;
+    checkPrediction(*finished);
     currentDeadline_ = Deadline::never();
     setBusy(false);
     finishOp(finished, okStatus());
@@ -461,7 +539,7 @@ bool Communicator::progressOnce() {
   if (!moved && ++idlePasses_ % kDeadlineCheckEvery == 0 && currentDeadline_.expired()) {
     fail(timeoutError("rank %d: %s #%llu timed out after %g s (HETCOMM_TIMEOUT), still waiting for %s", rank_,
                       op.args.describe().c_str(), (unsigned long long)op.seq, options_.timeoutSec,
-                      exec_->waitingOn().c_str()));
+                      waitingOn().c_str()));
     return true;
   }
   return moved;
@@ -545,6 +623,7 @@ void Communicator::abort() {
   }
   if (current_) drop.push_front(std::move(current_));
   exec_.reset();
+  runner_ = Runner::kSchedule;
   Status why = asyncError();
   for (auto& op : drop) finishOp(op, why);
   Engine::get().wake();  // ops of other communicators may have waited on these (stream order)

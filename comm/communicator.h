@@ -19,6 +19,7 @@
 #include "collectives/algorithm.h"
 #include "collectives/executor.h"
 #include "comm/bootstrap/store.h"
+#include "comm/host_slots.h"
 #include "comm/link_probe.h"
 #include "comm/op.h"
 #include "comm/transport_select.h"
@@ -141,6 +142,7 @@ class Communicator {
   Status choosePairs(InitState& s);
   void routeTcpPaths(InitState& s);
   Status connectPeers(InitState& s, Deadline deadline);
+  bool shareHostSlots(const InitState& s) const;
   Status publishLiveness();
   // A store barrier of every rank that fails at once, naming the rank, when one's process ends before it arrives
   // (instead of waiting out the deadline). `what`: "it reached finalize".
@@ -159,16 +161,20 @@ class Communicator {
                             const std::vector<int>& parentHost) const;
   // Rank 0: a finished collective's time against its prediction; figures from the probe cache that collectives
   // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
-  void checkPrediction(const Op& op, double seconds);
+  void checkPrediction(const Op& op);
   Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
                     Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   Status startOp(const std::shared_ptr<Op>& op);
+  bool startOne(const Op& op, Status* st);  // a lone send or receive: issued at once
+  void markRunning(Op& op);
+  Result<bool> advanceCurrent(bool* moved);
+  std::string waitingOn() const;
   Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);  // and sets op.predictedUs
   std::string keyPrefix() const;
   // What a collective tells its ring neighbour, so that ranks calling different collectives fail at once.
-  using DescriptorBytes = std::array<std::byte, 24>;
+  using DescriptorBytes = HostSlots::Descriptor;
   DescriptorBytes descriptor(const Op& op) const;
   Status checkDescriptor(const Op& mine, std::span<const std::byte> theirs, int from) const;
   void closeConnections(const Status& why);
@@ -215,6 +221,11 @@ class Communicator {
   // Engine thread only.
   std::shared_ptr<Op> current_;
   std::unique_ptr<coll::Executor> exec_;  // kept from one operation to the next (Executor::reset)
+  std::unique_ptr<HostSlots> slots_;      // when every rank is on this host over shm (shareHostSlots)
+  // What runs the current operation: exec_ (a schedule), slots_, or one_ (a lone send or receive, which needs
+  // neither a schedule nor an executor: its latency is every small message's).
+  enum class Runner : uint8_t { kSchedule, kSlots, kOne } runner_ = Runner::kSchedule;
+  transport::Request one_;
   std::vector<std::byte*> bufs_;          // startOp's: the buffers of the operation it starts
   Deadline currentDeadline_ = Deadline::never();
   uint32_t idlePasses_ = 0;  // passes that moved nothing: the deadline is checked on every few

@@ -319,7 +319,14 @@ Status Communicator::connectPeers(InitState& s, Deadline deadline) {
        {transport::Kind::kShm, transport::Kind::kVerbs, transport::Kind::kUcx, transport::Kind::kTcp}) {
     const int k = static_cast<int>(kind);
     if (!s.served[k]) continue;
+    auto* shm = kind == transport::Kind::kShm ? static_cast<transport::shm::ShmTransport*>(s.started[k].get()) : nullptr;
+    const bool slots = shm && shareHostSlots(s);
+    if (slots) shm->shareHostRegion(HostSlots::regionBytes(nranks_));
     HC_ASSIGN_OR_RETURN(auto c, s.started[k]->connectAll(s.blobs[k], deadline));
+    if (slots) {
+      slots_ = std::make_unique<HostSlots>(shm->hostRegion(), rank_, nranks_);
+      slots_->setWake([shm](int peer) { shm->wakePeer(peer); });
+    }
     for (int p = 0; p < nranks_; ++p)
       if (c[p]) conns_[p] = std::move(c[p]);
     transports_.push_back(std::move(s.started[k]));
@@ -329,12 +336,23 @@ Status Communicator::connectPeers(InitState& s, Deadline deadline) {
   return okStatus();
 }
 
+// Small collectives go through host slots when every rank is on this host and every pair talks over shm: decided
+// from what every rank knows alike (the cluster view, the offers, HETCOMM_TRANSPORT), so all decide the same.
+bool Communicator::shareHostSlots(const InitState& s) const {
+  if (nranks_ < 2 || nranks_ > HostSlots::kMaxRanks || cluster_->nhosts() != 1) return false;
+  for (int a = 0; a < nranks_; ++a)
+    for (int b = a + 1; b < nranks_; ++b)
+      if (choose(*cluster_, s.offers, s.forcedKinds, a, b).kind != transport::Kind::kShm) return false;
+  return true;
+}
+
 // The cost model's view of the whole group, then the engine starts serving the communicator: it is ready.
 Status Communicator::joinEngine() {
   std::vector<int> sameHosts(cluster_->nhosts());
   std::iota(sameHosts.begin(), sameHosts.end(), 0);
   group_ = groupView(rank_, *cluster_, *links_, sameHosts);
   group_.lateReceiveFree.assign(nranks_, 0);
+  if (slots_) group_.hostSlotBytes = HostSlots::kSlotBytes;
   for (int p = 0; p < nranks_; ++p)
     if (conns_[p]) group_.lateReceiveFree[p] = conns_[p]->lateReceiveIsFree(chunkBytes_);
   sendSeq_.assign(nranks_, 0);

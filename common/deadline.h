@@ -13,8 +13,8 @@ class Deadline {
 
   static Deadline never() { return Deadline(Clock::time_point::max()); }
   static Deadline afterMs(int64_t ms) { return Deadline(Clock::now() + std::chrono::milliseconds(ms)); }
-  static Deadline afterSec(double s) {
-    return Deadline(Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
+  static Deadline afterSec(double s, Clock::time_point from = Clock::now()) {
+    return Deadline(from + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)));
   }
 
   bool expired() const { return at_ != Clock::time_point::max() && Clock::now() >= at_; }

@@ -96,6 +96,9 @@ class Connection {
   // (single-copy rendezvous): a late receive then costs nothing, while on an eager transport the data arrives
   // anyway and a late receive costs an extra copy. Planners size their staging by it.
   virtual bool lateReceiveIsFree(size_t bytes) const { return false; }
+  // Ok while the connection is usable; otherwise why it is not (the peer exited or aborted, a fault). For callers
+  // that wait on the peer by other means than a request on this connection (memory the two share).
+  virtual Status health() const { return okStatus(); }
 };
 
 // The error of a receive whose peer sent another number of bytes: the same words from every transport, since

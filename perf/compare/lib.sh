@@ -1,5 +1,5 @@
 # lib.sh: what the comparison scripts (run-*.sh) share: errors and usage, the machine's load around a run, running a
-# command with a time limit into a log, pulling result rows out of a log, and bringing an emulated cluster up
+# command with a time limit into a log, installing the peers' packages, pulling result rows out of a log, and bringing an emulated cluster up
 # (cluster_up). Sourced; the caller sets PROG (its name, for messages) and TIMEOUT_S.
 # shellcheck shell=bash
 
@@ -7,6 +7,20 @@
 die() { echo "$PROG: error: $*" >&2; exit 1; }
 # usage [STATUS]: prints the script's header comment (line 2 up to `set -euo`) and exits with STATUS (0).
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
+
+# ensure_packages PKG...: installs the Debian packages among PKG that are missing (the peers' libraries and tools:
+# Open MPI's headers, Gloo, PyTorch), with apt-get, the only download these scripts make; sudo when not root.
+ensure_packages() {
+  local need=() p sudo=""
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+  ((${#need[@]})) || return 0
+  echo "$PROG: installing ${need[*]}" >&2
+  [[ $(id -u) -eq 0 ]] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2 \
+    || { $sudo apt-get update -qq >&2 && $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >&2; } \
+    || die "could not install ${need[*]} (needs root and the Debian mirror)"
+}
 
 # cpu_busy: percent of all CPUs' time that was not idle over 0.5 s (from /proc/stat). These benchmarks need the
 # machine quiet: Open MPI busy-polls and collapses when another process takes a core.

@@ -117,8 +117,7 @@ cluster_up "$CLUSTER" "$KEEP_UP"
 NAME=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["name"])' "$CLUSTER")
 GLOO_BIN=$CMP_DIR/gloo_allreduce
 if [[ $RUN_GLOO -eq 1 ]]; then
-  dpkg -s libgloo-dev >/dev/null 2>&1 || apt-get install -y --no-install-recommends libgloo-dev >&2 \
-    || die "could not install libgloo-dev"
+  ensure_packages libgloo-dev
   if [[ ! -x $GLOO_BIN || $SCRIPT_DIR/gloo_allreduce.cc -nt $GLOO_BIN ]]; then
     nice -n 10 g++ -std=c++17 -O2 -pthread "$SCRIPT_DIR/gloo_allreduce.cc" -o "$GLOO_BIN" -lgloo \
       || die "building gloo_allreduce failed"

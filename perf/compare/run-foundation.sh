@@ -85,18 +85,7 @@ for a in "${GLOO_ALGO_LIST[@]}"; do
 done
 
 # ---------------------------------------------------------------- dependencies (idempotent)
-need_pkgs=()
-for p in g++ python3 libgloo-dev openmpi-bin libopenmpi-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
-done
-if [[ ${#need_pkgs[@]} -gt 0 ]]; then
-  echo "run-foundation: installing ${need_pkgs[*]}" >&2
-  SUDO=""
-  [[ $(id -u) -eq 0 ]] || SUDO=sudo
-  $SUDO apt-get install -y --no-install-recommends "${need_pkgs[@]}" \
-    || { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${need_pkgs[@]}"; } \
-    || die "could not install ${need_pkgs[*]}"
-fi
+ensure_packages g++ python3 libgloo-dev openmpi-bin libopenmpi-dev
 for t in g++ mpicc mpirun python3 timeout; do
   command -v "$t" >/dev/null 2>&1 || die "'$t' not found in PATH"
 done

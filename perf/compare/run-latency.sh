@@ -51,8 +51,8 @@ for v in ROUNDS ITERS PP_ITERS TIMEOUT_S; do
 done
 [[ $NRANKS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--nranks: a comma-separated list of rank counts, not $NRANKS"
 for b in hetcomm-run all_reduce_perf p2p_latency; do [[ -x $BUILD/bin/$b ]] || die "missing $BUILD/bin/$b (build first)"; done
-command -v mpicc >/dev/null || die "mpicc not found (scripts/setup.sh installs Open MPI)"
-[[ $UCX -eq 0 ]] || command -v ucx_perftest >/dev/null || die "ucx_perftest not found (Debian package ucx-utils)"
+ensure_packages openmpi-bin libopenmpi-dev libgloo-dev
+[[ $UCX -eq 0 ]] || ensure_packages ucx-utils
 
 CMP_DIR=$BUILD/compare
 mkdir -p "$CMP_DIR"

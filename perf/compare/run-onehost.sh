@@ -84,13 +84,7 @@ for b in "$RUN" "$BUILD/bin/all_reduce_perf"; do [[ -x $b ]] || die "missing $b 
 CMP_DIR=$BUILD/compare
 mkdir -p "$CMP_DIR"
 if [[ $PEERS -eq 1 ]]; then
-  need=()
-  for p in openmpi-bin libopenmpi-dev libgloo-dev; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-  if ((${#need[@]})); then
-    apt-get install -y --no-install-recommends "${need[@]}" >&2 \
-      || { apt-get update >&2 && apt-get install -y --no-install-recommends "${need[@]}" >&2; } \
-      || die "could not install ${need[*]}"
-  fi
+  ensure_packages openmpi-bin libopenmpi-dev libgloo-dev
   MPI_BIN=$CMP_DIR/mpi_allreduce
   GLOO_BIN=$CMP_DIR/gloo_allreduce
   [[ -x $MPI_BIN && ! $SCRIPT_DIR/mpi_allreduce.c -nt $MPI_BIN ]] \

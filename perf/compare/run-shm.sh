@@ -102,18 +102,7 @@ BUILD=$(mkdir -p "$BUILD" && cd "$BUILD" && pwd)
 CMP_DIR=$BUILD/compare
 
 # ---------------------------------------------------------------- dependencies (idempotent)
-need_pkgs=()
-for p in gcc python3 openmpi-bin libopenmpi-dev; do
-  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
-done
-if [[ ${#need_pkgs[@]} -gt 0 ]]; then
-  echo "run-shm: installing ${need_pkgs[*]}" >&2
-  SUDO=""
-  [[ $(id -u) -eq 0 ]] || SUDO=sudo
-  $SUDO apt-get install -y --no-install-recommends "${need_pkgs[@]}" \
-    || { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${need_pkgs[@]}"; } \
-    || die "could not install ${need_pkgs[*]}"
-fi
+ensure_packages gcc python3 openmpi-bin libopenmpi-dev
 for t in cc mpicc mpirun python3 timeout; do
   command -v "$t" >/dev/null 2>&1 || die "'$t' not found in PATH"
 done

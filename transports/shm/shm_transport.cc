@@ -148,6 +148,7 @@ class ShmConnection final : public Connection {
   int peer() const override { return peer_; }
   int pidfd() const { return pidfd_; }
   bool lateReceiveIsFree(size_t bytes) const override;
+  Status health() const override { return !broken_.ok() ? broken_ : peerExited_ ? gone() : okStatus(); }
   std::string describe() const override {
     return format("r%d->r%d/shm(%s)", me_, peer_, cmaOut_ ? "ring + cross-memory attach" : "ring");
   }
@@ -165,6 +166,7 @@ class ShmConnection final : public Connection {
   // About to sleep: raise the wake-up flag, then look once more (a peer that wrote before seeing the flag).
   bool armAndRecheck();
   void peerExited();
+  void wake() { notifyPeer(); }
 
  private:
   struct Out {
@@ -579,8 +581,14 @@ ShmTransport::ShmTransport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 }
 
 ShmTransport::~ShmTransport() {
+  if (region_) munmap(region_, regionBytes_);
   if (impl_->notifyFd >= 0) ::close(impl_->notifyFd);
   if (epollFd_ >= 0) ::close(epollFd_);
+}
+
+void ShmTransport::wakePeer(int peer) {
+  for (ShmConnection* c : impl_->conns)
+    if (c->peer() == peer) c->wake();
 }
 
 Result<std::vector<std::byte>> ShmTransport::listen() {
@@ -626,6 +634,30 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     uint64_t commId;
     int32_t lo, hi;
   };
+  // The host region, if asked for: created by the lowest rank, handed on with each of its pairs' segments.
+  int lowest = me;
+  for (const auto& pr : pairs) lowest = std::min(lowest, pr.peer);
+  const bool wantRegion = regionBytes_ > 0 && !pairs.empty();
+  int regionFd = -1;
+  if (wantRegion && lowest == me) {
+    regionFd = memfd_create("hetcomm-shm-host", MFD_CLOEXEC);
+    if (regionFd < 0) return errnoStatus(errno, "shm: memfd_create for the host region");
+    void* m = ftruncate(regionFd, static_cast<off_t>(regionBytes_)) == 0
+                  ? mmap(nullptr, regionBytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, regionFd, 0)
+                  : MAP_FAILED;
+    if (m == MAP_FAILED) {
+      Status st = errnoStatus(errno, "shm: a %s host region", humanBytes(regionBytes_).c_str());
+      ::close(regionFd);
+      return st;
+    }
+    region_ = m;
+  }
+  struct CloseFd {
+    int fd;
+    ~CloseFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } regionFdCloser{regionFd};  // the messages in flight hold their own references
   for (auto& pr : pairs) {
     if (me > pr.peer) continue;
     int fd = memfd_create("hetcomm-shm", MFD_CLOEXEC);
@@ -649,7 +681,9 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     pr.seg->magic = kSegMagic;
     SegMsg msg{cfg.commId, me, pr.peer};
     iovec iov{&msg, sizeof(msg)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+    const int fds[2] = {fd, regionFd};
+    const size_t nfds = regionFd >= 0 ? 2 : 1;
     socklen_t len;
     sockaddr_un to = notifyAddress(pr.blob.nonce, pr.peer, &len);
     msghdr mh{};
@@ -658,12 +692,12 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
+    mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
     cmsghdr* cm = CMSG_FIRSTHDR(&mh);
     cm->cmsg_level = SOL_SOCKET;
     cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
     while (::sendmsg(impl_->notifyFd, &mh, MSG_NOSIGNAL) < 0) {
       if ((errno != EAGAIN && errno != EINTR) || deadline.expired()) {
         Status st = errnoStatus(errno, "shm: handing rank %d its segment", pr.peer);
@@ -680,7 +714,7 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
   while (missing > 0) {
     SegMsg msg{};
     iovec iov{&msg, sizeof(msg)};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
@@ -701,9 +735,16 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
       continue;
     }
     cmsghdr* cm = CMSG_FIRSTHDR(&mh);
-    if (!cm || cm->cmsg_type != SCM_RIGHTS || n != sizeof(msg)) continue;  // a wake-up, not a segment
-    int fd;
-    std::memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+    if (!cm || cm->cmsg_type != SCM_RIGHTS) continue;  // a wake-up, not a segment
+    int fds[2] = {-1, -1};
+    const size_t nfds = std::min<size_t>(2, (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    std::memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
+    const int fd = fds[0];
+    CloseFd extra{fds[1]};
+    if (n != sizeof(msg) || nfds == 0) {
+      if (fd >= 0) ::close(fd);
+      continue;
+    }
     auto it = std::find_if(pairs.begin(), pairs.end(), [&](const Pair& q) {
       return q.peer == msg.lo && msg.hi == me && msg.commId == cfg.commId && !q.seg;
     });
@@ -717,8 +758,21 @@ Result<std::vector<std::unique_ptr<Connection>>> ShmTransport::connectAll(
     if (m == MAP_FAILED) return errnoStatus(errno, "shm: mmap of the segment from rank %d", msg.lo);
     it->seg = static_cast<Segment*>(m);
     if (it->seg->magic != kSegMagic) return remoteError("shm: rank %d sent a malformed segment", msg.lo);
+    if (wantRegion && msg.lo == lowest && extra.fd >= 0 && !region_) {
+      struct stat rs {};
+      if (fstat(extra.fd, &rs) != 0 || static_cast<size_t>(rs.st_size) != regionBytes_)
+        return remoteError("shm: rank %d's host region is not the %s this rank expects (do all ranks run the same "
+                           "hetcomm?)",
+                           lowest, humanBytes(regionBytes_).c_str());
+      void* r = mmap(nullptr, regionBytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, extra.fd, 0);
+      if (r == MAP_FAILED) return errnoStatus(errno, "shm: mmap of the host region from rank %d", lowest);
+      region_ = r;
+    }
     --missing;
   }
+  if (wantRegion && !region_)
+    return remoteError("shm: rank %d handed rank %d its segment without the host region both were to share", lowest,
+                       me);
   // Each side tests whether it can read the other's memory (cross-memory attach) and publishes the answer.
   for (auto& pr : pairs) {
     const int side = me < pr.peer ? 0 : 1;

@@ -43,6 +43,16 @@ class ShmTransport final : public Transport {
   int waitFd() const override { return epollFd_; }
   bool armForSleep() override;
 
+  // Before connectAll: the ranks it connects (this one and every peer given a blob) also share one region of
+  // `bytes`, zero-filled, mapped in each of them. The lowest of those ranks creates it (an anonymous memfd, like the
+  // pairs' segments) and hands it to every other with their pair's segment. Every one of them must ask for the same
+  // size, and only where they all connect to each other; empty afterwards when not asked for.
+  void shareHostRegion(size_t bytes) { regionBytes_ = bytes; }
+  std::span<std::byte> hostRegion() const { return {static_cast<std::byte*>(region_), region_ ? regionBytes_ : 0}; }
+  // Ends the sleep of the peer's progress engine (a datagram to its wake-up socket): for a peer that waits on the
+  // host region rather than on a message. Never blocks; a peer this transport does not serve is ignored.
+  void wakePeer(int peer);
+
   struct Impl;
 
  private:
@@ -50,6 +60,8 @@ class ShmTransport final : public Transport {
   std::unique_ptr<Impl> impl_;
   Properties props_;
   int epollFd_;
+  size_t regionBytes_ = 0;
+  void* region_ = nullptr;
 };
 
 // For the fuzz target (tests/fuzz/fuzz_shm_frames.cc) and the ring's tests: a connection reads `ring` as if its

@@ -184,6 +184,38 @@ TEST(Collectives, SelectionIsKeptPerSizeClass) {
   }
 }
 
+// Host slots serve small allreduces where the group has the region, and only the sizes that fit its slots. The
+// choice for a size must not depend on which sizes came first, also where the slots' limit cuts a size class.
+TEST(Collectives, SlotsServeSmallAllReducesThatFitWhateverCameFirst) {
+  auto view = [](size_t slotBytes) {
+    GroupView g = viewOf(shape(1, 4, 1), 0, 1.0);
+    g.hostSlotBytes = slotBytes;
+    g.prepare();
+    return g;
+  };
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.dtype = DataType::kFloat32;
+  a.count = 2;
+  EXPECT_EQ(selectAlgorithm(a, view(16384), "")->algo->name(), "slots");
+  EXPECT_NE(selectAlgorithm(a, view(0), "")->algo->name(), "slots");
+  a.count = 1 << 20;
+  EXPECT_NE(selectAlgorithm(a, view(16384), "")->algo->name(), "slots");
+  // 1010 bytes cuts the size class [982, 1024) after its middle (1003): 992 bytes fit, 1020 do not.
+  for (bool smallFirst : {true, false}) {
+    GroupView g = view(1010);
+    std::string small, large;
+    for (int k = 0; k < 2; ++k) {
+      a.count = (k == 0) == smallFirst ? 248 : 255;
+      auto sel = selectAlgorithm(a, g, "");
+      ASSERT_TRUE(sel);
+      (a.count == 248 ? small : large) = std::string(sel->algo->name());
+    }
+    EXPECT_EQ(small, "slots") << smallFirst;
+    EXPECT_NE(large, "slots") << smallFirst;
+  }
+}
+
 constexpr CollKind kHierKinds[] = {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter,
                                    CollKind::kBroadcast, CollKind::kReduce};
 
