@@ -464,6 +464,28 @@ TEST(ApiMismatch, DifferentCountsFailOnlyThatCommunicator) {
   EXPECT_EQ(x, (std::vector<int>{3, 3}));
 }
 
+// One rank's count fits the host slots and the other's goes by messages: the slot's waiter sees the other's
+// announcement, and the other hears of the mismatch through its abort, long before the timeout.
+TEST(ApiMismatch, ASlotCollectiveAgainstAMessageOneFailsAtOnce) {
+  Comms comms;
+  ASSERT_NO_FATAL_FAILURE(initWithTimeout(comms, 2, 10));
+  std::vector<float> a(8, 1.f), b(1 << 18, 2.f);
+  HC_ASSERT_OK(hetcommGroupStart());
+  HC_ASSERT_OK(hetcommAllReduce(a.data(), a.data(), a.size(), hetcommFloat32, hetcommSum, comms[0], nullptr));
+  HC_ASSERT_OK(hetcommAllReduce(b.data(), b.data(), b.size(), hetcommFloat32, hetcommSum, comms[1], nullptr));
+  const auto t0 = std::chrono::steady_clock::now();
+  hetcommResult_t rc = hetcommGroupEnd();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(rc == hetcommInvalidUsage || rc == hetcommRemoteError) << hetcommGetErrorString(rc) << ": " << lastError();
+  EXPECT_NE(lastError().find("mismatch"), std::string::npos) << lastError();
+  EXPECT_LT(sec, 8.0) << "the mismatch was found only by the timeout";
+  for (int r = 0; r < 2; ++r) {
+    hetcommResult_t async = hetcommSuccess;
+    HC_ASSERT_OK(hetcommCommGetAsyncError(comms[r], &async));
+    EXPECT_NE(async, hetcommSuccess) << "rank " << r;
+  }
+}
+
 TEST(ApiMismatch, DifferentCollectivesFailWithAMismatch) {
   Comms comms;
   ASSERT_NO_FATAL_FAILURE(initWithTimeout(comms, 3, 10));
