@@ -86,7 +86,6 @@ void HostSlots::startAllReduce(uint64_t opSeq, const Descriptor& d, const void* 
   dtype_ = dtype;
   op_ = op;
   next_ = 0;
-  idle_ = 0;
 }
 
 bool HostSlots::roundUp(int q) const {
@@ -103,7 +102,9 @@ Result<bool> HostSlots::advance(const std::vector<transport::Connection*>& conns
       // Still waiting for q: has it started something else under this sequence number, or gone?
       Descriptor theirs;
       if (announced(q, opSeq_, &theirs) && theirs != desc_) HC_TRY(verify(theirs, q));
-      if (++idle_ % 64 == 0 && q < static_cast<int>(conns.size()) && conns[q]) HC_TRY(conns[q]->health());
+      // On every look: the pass that read q's abort frame (progressTransports, just before) must also fail this,
+      // or the engine would sleep on a round that never comes until the timeout.
+      if (q < static_cast<int>(conns.size()) && conns[q]) HC_TRY(conns[q]->health());
       return false;
     }
     if (q != rank_) {

@@ -87,7 +87,6 @@ class HostSlots {
   kernels::DataType dtype_{};
   kernels::RedOp op_{};
   int next_ = 0;  // ranks folded into the output so far, in rank order
-  uint32_t idle_ = 0;
   std::function<void(int)> wake_;
 };
 

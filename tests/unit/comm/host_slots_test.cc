@@ -148,7 +148,7 @@ TEST(HostSlots, APeerThatIsGoneFailsTheWait) {
   float x = 1, o0 = 0;
   g.ranks[0]->startAllReduce(1, descriptorOf(1, 1), &x, &o0, 1, DataType::kFloat32, RedOp::kSum);
   Status last;
-  for (int i = 0; i < 1000 && last.ok(); ++i) {
+  for (int i = 0; i < 1 && last.ok(); ++i) {  // at the first look
     Result<bool> done = g.ranks[0]->advance(conns, mismatch, nullptr);
     if (!done.has_value()) last = done.error();
   }
