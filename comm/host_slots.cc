@@ -69,7 +69,7 @@ void HostSlots::startAllReduce(uint64_t opSeq, const Descriptor& d, const void* 
   ++round_;
   const int b = static_cast<int>(round_ & 1);
   Block& mine = block(rank_);
-  std::memcpy(mine.data[b], send, count * kernels::sizeOf(dtype));
+  if (count) std::memcpy(mine.data[b], send, count * kernels::sizeOf(dtype));  // count 0 may come with null buffers
   storeDescriptor(mine.head[b].desc, d);
   Ref(mine.head[b].round).store(round_, std::memory_order_release);
   // Pairs with armForSleep's fence: either the sleeper sees the round, or this sees its flag.
