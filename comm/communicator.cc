@@ -376,11 +376,12 @@ bool Communicator::startOne(const Op& op, Status* st) {
   return true;
 }
 
-// One clock read per operation: on virtual machines a read costs as much as a small message's work.
+// No clock read for a small operation: on virtual machines a read costs as much as a small message's work. The
+// timeout's clock starts at the first stretch of idle passes (microseconds in, for an operation that waits at
+// all); the start time is taken only for the collectives checkPrediction looks at.
 void Communicator::markRunning(Op& op) {
-  const auto now = Deadline::Clock::now();
-  currentDeadline_ = Deadline::afterSec(options_.timeoutSec, now);
-  currentStartSec_ = std::chrono::duration<double>(now.time_since_epoch()).count();
+  currentDeadline_ = Deadline::never();
+  if (checksPrediction(op)) currentStartSec_ = nowSec();
   op.state.store(Op::kRunning, std::memory_order_release);
 }
 
@@ -418,13 +419,16 @@ std::string Communicator::waitingOn() const {
 // Collectives of 1 MiB or more (where the link figures, not latency, set the time) that take under a third or
 // over three times their prediction, three in a row, mean the cached figures describe another machine state (a
 // probe taken under load, say): the cache goes, and the next communicator measures again.
-void Communicator::checkPrediction(const Op& op) {
+bool Communicator::checksPrediction(const Op& op) const {
   constexpr size_t kMinBytes = 1 << 20;
+  return rank_ == 0 && !probeCacheFile_.empty() && op.args.kind != coll::CollKind::kSendRecv && op.predictedUs > 0 &&
+         op.args.count * kernels::sizeOf(op.args.dtype) >= kMinBytes;
+}
+
+void Communicator::checkPrediction(const Op& op) {
   constexpr double kMargin = 3;
   constexpr int kStrikes = 3;
-  if (rank_ != 0 || probeCacheFile_.empty() || op.args.kind == coll::CollKind::kSendRecv || op.predictedUs <= 0 ||
-      op.args.count * kernels::sizeOf(op.args.dtype) < kMinBytes)
-    return;
+  if (!checksPrediction(op)) return;
   const double seconds = nowSec() - currentStartSec_;
   const double ratio = seconds * 1e6 / op.predictedUs;
   if (ratio > 1 / kMargin && ratio < kMargin) {
@@ -535,12 +539,16 @@ bool Communicator::progressOnce() {
     finishOp(finished, okStatus());
     return true;
   }
-  // The clock is read every few idle passes only (see Engine::drive).
-  if (!moved && ++idlePasses_ % kDeadlineCheckEvery == 0 && currentDeadline_.expired()) {
-    fail(timeoutError("rank %d: %s #%llu timed out after %g s (HETCOMM_TIMEOUT), still waiting for %s", rank_,
-                      op.args.describe().c_str(), (unsigned long long)op.seq, options_.timeoutSec,
-                      waitingOn().c_str()));
-    return true;
+  // The clock is read every few idle passes only (see Engine::drive); the first such read starts the timeout.
+  if (!moved && ++idlePasses_ % kDeadlineCheckEvery == 0) {
+    if (currentDeadline_.isNever()) {
+      currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
+    } else if (currentDeadline_.expired()) {
+      fail(timeoutError("rank %d: %s #%llu timed out after %g s (HETCOMM_TIMEOUT), still waiting for %s", rank_,
+                        op.args.describe().c_str(), (unsigned long long)op.seq, options_.timeoutSec,
+                        waitingOn().c_str()));
+      return true;
+    }
   }
   return moved;
 }

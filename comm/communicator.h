@@ -161,6 +161,7 @@ class Communicator {
                             const std::vector<int>& parentHost) const;
   // Rank 0: a finished collective's time against its prediction; figures from the probe cache that collectives
   // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
+  bool checksPrediction(const Op& op) const;  // a collective large enough that its time tests the link figures
   void checkPrediction(const Op& op);
   Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
                     Deadline deadline);

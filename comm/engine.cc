@@ -133,8 +133,9 @@ bool Engine::anyPending() {
 
 bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget, Clock::duration totalBudget) {
   drivers_.fetch_add(1, std::memory_order_seq_cst);
-  const auto start = Clock::now();
-  auto lastMove = start;
+  // Read at the first look at the clock below, not here: an operation done in its first pass (a send into a ring)
+  // then reads no clock at all.
+  Clock::time_point start{}, lastMove{};
   bool finished = done();
   // The clock is read every few passes only: on virtual machines a read can cost as much as a pass.
   constexpr unsigned kClockEvery = 8;
@@ -154,6 +155,7 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
     }
     if (passes % kClockEvery == 0 || lastMove == Clock::time_point{}) {
       const auto now = Clock::now();
+      if (start == Clock::time_point{}) start = now;
       if (lastMove == Clock::time_point{}) lastMove = now;
       if (now - lastMove >= idleBudget || now - start >= totalBudget) break;
     }
