@@ -139,11 +139,15 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
   bool finished = done();
   // The clock is read every few passes only: on virtual machines a read can cost as much as a pass.
   constexpr unsigned kClockEvery = 8;
+  // The pass lock is kept over a run of passes (two atomic operations a pass are a good part of a pass), and let go
+  // before a yield and every kHoldPasses passes, so that attach, detach and other drivers get their turn.
+  constexpr unsigned kHoldPasses = 64;
+  bool held = false;
   for (unsigned idle = 0, passes = 0; !finished; ++passes) {
     bool moved = false;
-    if (passMu_.try_lock()) {
+    if (held || passMu_.try_lock()) {
+      held = true;
       moved = pass();
-      passMu_.unlock();
     }
     finished = done();
     if (finished) break;
@@ -162,13 +166,17 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
     // Nothing moved: a rank that shares this core may need it to answer. With a core per rank, yield only now and
     // then (a peer on another core answers within a microsecond, and a yield is a system call); with more ranks
     // than cores, yield after a few idle passes.
-    if (!moved) {
-      if (idle % yieldAfter_.load(std::memory_order_relaxed) == 0)
-        sched_yield();
-      else
-        relax();
+    const bool yield = !moved && idle % yieldAfter_.load(std::memory_order_relaxed) == 0;
+    if (held && (yield || passes % kHoldPasses == kHoldPasses - 1)) {
+      passMu_.unlock();
+      held = false;
     }
+    if (yield)
+      sched_yield();
+    else if (!moved)
+      relax();
   }
+  if (held) passMu_.unlock();
   // The last driver out hands the engine thread whatever is still queued or running; with nothing pending it
   // stays parked (a message that arrives meanwhile waits in the transport for the operation that takes it).
   if (drivers_.fetch_sub(1, std::memory_order_seq_cst) == 1 && anyPending()) wake();
