@@ -144,13 +144,12 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
     g = std::make_shared<coll::GroupView>(groupView(me < n ? me : 0, view, links, parentHost));
     // Its own communicator would share host slots where this one does, or where the group is on this rank's host
     // and this rank reaches those peers over shm (the rule of shareHostSlots).
-    bool slots = view.nhosts() == 1 && n >= 2 && n <= HostSlots::kMaxRanks;
-    if (slots && !slots_)
-      for (int r : ranks)
-        slots = slots && (r == rank_ ? true
-                                     : cluster_->hostOf(r) == cluster_->hostOf(rank_) &&
-                                           choices_[r].kind == transport::Kind::kShm);
-    if (slots) g->hostSlotBytes = HostSlots::kSlotBytes;
+    const auto overShm = [&](int r) {
+      return r == rank_ || (cluster_->hostOf(r) == cluster_->hostOf(rank_) && choices_[r].kind == transport::Kind::kShm);
+    };
+    if (view.nhosts() == 1 && n >= 2 && n <= HostSlots::kMaxRanks &&
+        (slots_ || std::all_of(ranks.begin(), ranks.end(), overShm)))
+      g->hostSlotBytes = HostSlots::kSlotBytes;
     std::lock_guard<std::mutex> lock(predictMu_);
     if (!predictedAt_.count(ranks)) {
       predicted_.push_back({ranks, g});
@@ -331,14 +330,15 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
   }
   HC_ASSIGN_OR_RETURN(auto plan, planFor(*op));
   const bool collective = op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1;
-  if (slots_ && collective) slots_->announce(op->seq, descriptor(*op));
-  if (plan->hostSlots) {
+  if (plan->hostSlots) {  // its slot carries its descriptor
     runner_ = Runner::kSlots;
     slots_->startAllReduce(op->seq, descriptor(*op), op->send, op->recv, op->args.count, op->args.dtype,
                            op->args.op);
     markRunning(*op);
     return okStatus();
   }
+  // A peer waiting in its slots under this sequence number compares the descriptor with its own.
+  if (slots_ && collective) slots_->announce(op->seq, descriptor(*op));
   runner_ = Runner::kSchedule;
   if (plan->scratchBytes > scratchBytes_) {
     scratch_ = ScratchPtr(static_cast<std::byte*>(::operator new[](plan->scratchBytes, std::align_val_t(64))));

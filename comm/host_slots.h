@@ -43,8 +43,8 @@ class HostSlots {
   // region: regionBytes(nranks) bytes, zero when first mapped, the same memory in every rank.
   HostSlots(std::span<std::byte> region, int rank, int nranks);
 
-  // Every collective this rank starts (slot or message) says so first: a peer waiting in a slot collective of the
-  // same sequence number compares it with its own.
+  // Every collective this rank runs by messages says so first: a peer waiting in a slot collective of the same
+  // sequence number compares it with its own (a slot collective's slot carries its descriptor).
   void announce(uint64_t opSeq, const Descriptor& d);
 
   // Starts an allreduce of count elements (count * size <= kSlotBytes): send may equal recv.
