@@ -7,7 +7,9 @@
 namespace hetcomm::transport {
 
 namespace {
-constexpr size_t kMinCapacity = 64 << 10;
+// A cache line: small messages (a loss, a flag, a pipeline's control word) often come before their receives, many
+// at a time, and each must not take a page of its own (a fault per message here, tens of microseconds).
+constexpr size_t kMinCapacity = 64;
 }
 
 BufferPool::Lease& BufferPool::Lease::operator=(Lease&& o) noexcept {
