@@ -50,8 +50,9 @@ TcpStream::TcpStream(TcpConnection* o, asio::ip::tcp::socket s, int i)
 
 TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio::ip::tcp::socket> sockets,
                              std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths,
-                             std::shared_ptr<FlushList> flushList)
-    : epollFd_(epollFd), myRank_(myRank), peer_(peer), inbound_("tcp", myRank, peer), flushList_(std::move(flushList)) {
+                             std::shared_ptr<Hub> hub)
+    : epollFd_(epollFd), myRank_(myRank), peer_(peer), inbound_("tcp", myRank, peer), hub_(std::move(hub)) {
+  if (hub_) hub_->live.push_back(this);
   for (size_t i = 0; i < sockets.size(); ++i) {
     auto s = std::make_unique<TcpStream>(this, std::move(sockets[i]), static_cast<int>(i));
     if (i < weights.size() && weights[i] >= 0) s->weight = weights[i];
@@ -88,7 +89,10 @@ TcpConnection::TcpConnection(int epollFd, int myRank, int peer, std::vector<asio
 
 TcpConnection::~TcpConnection() {
   close(invalidUsage("connection to rank %d closed", peer_));
-  if (flushList_ && listed_) std::erase(*flushList_, this);
+  if (hub_) {
+    if (listed_) std::erase(hub_->toFlush, this);
+    std::erase(hub_->live, this);
+  }
 }
 
 std::string TcpConnection::describe() const {
@@ -165,8 +169,8 @@ Status TcpConnection::send(Request& req, std::span<const std::byte> buf, uint64_
     s->queuedBytes += p.len + sizeof(FrameHeader);
     touched |= 1u << (s->index & 31);
   }
-  if (flushList_) {  // written at the transport's flush(), with whatever else this pass queues
-    if (!listed_) flushList_->push_back(this);
+  if (hub_) {  // written at the transport's flush(), with whatever else this pass queues
+    if (!listed_) hub_->toFlush.push_back(this);
     listed_ = true;
     return okStatus();
   }
@@ -281,6 +285,15 @@ void TcpConnection::flush(TcpStream& s) {
 }
 
 void TcpConnection::onWritable(TcpStream& s) { flush(s); }
+
+void TcpConnection::pollSockets() {
+  for (auto& s : streams_) {
+    if (!broken_.ok()) return;
+    if (s->eof) continue;
+    onReadable(*s);
+    if (s->wantWrite && broken_.ok()) flush(*s);
+  }
+}
 
 namespace {
 // Writes all of bufs on a non-blocking socket, waiting for room until the deadline. False when it could not.

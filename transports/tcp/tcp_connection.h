@@ -95,13 +95,19 @@ class TcpConnection final : public Connection {
  public:
   // via[i]: the address at the peer's end of socket i; weights[i]: its share of large messages (multi-rail), 0
   // for a socket that carries only messages sent over its path; paths[i]: that path's id (isendOn), -1 if none.
-  // Connections whose sends wait for the transport's flush() (TcpTransport::flush): a send only queues its
-  // segments and lists the connection here. Null: every send is written at once.
-  using FlushList = std::vector<TcpConnection*>;
+  // What a transport's connections share with it. Null: every send is written at once, and nobody reads the
+  // sockets but the owner of the epoll set.
+  struct Hub {
+    // Connections whose sends wait for the transport's flush() (TcpTransport::flush): a send only queues its
+    // segments and lists the connection here.
+    std::vector<TcpConnection*> toFlush;
+    // Every connection, while it lives: the transport reads their sockets directly when they are few.
+    std::vector<TcpConnection*> live;
+  };
 
   TcpConnection(int epollFd, int myRank, int peer, std::vector<boost::asio::ip::tcp::socket> sockets,
                 std::vector<std::string> via, std::vector<double> weights, std::vector<int> paths = {},
-                std::shared_ptr<FlushList> flushList = nullptr);
+                std::shared_ptr<Hub> hub = nullptr);
   ~TcpConnection() override;
 
   int peer() const override { return peer_; }
@@ -118,6 +124,11 @@ class TcpConnection final : public Connection {
   void onWritable(TcpStream& s);
   // Writes the segments queued since the last flush (the transport's flush() and progress()).
   void flushQueued();
+  // Sockets still open for reading.
+  size_t openSockets() const { return broken_.ok() ? streams_.size() - eofStreams_ : 0; }
+  // Reads every open socket without asking epoll which are ready (an empty one costs one system call), and
+  // writes to those waiting for room.
+  void pollSockets();
 
  private:
   using Inbound = InboundMessages::Message;
@@ -150,8 +161,8 @@ class TcpConnection final : public Connection {
   std::vector<std::unique_ptr<TcpStream>> streams_;
   std::vector<Piece> pieces_;  // send()'s scratch: where the segments of the message being queued go
   InboundMessages inbound_;
-  std::shared_ptr<FlushList> flushList_;
-  bool listed_ = false;  // in *flushList_
+  std::shared_ptr<Hub> hub_;
+  bool listed_ = false;  // in hub_->toFlush
   Status broken_;        // once set, every new request fails with it
   size_t eofStreams_ = 0;
 

@@ -56,6 +56,9 @@ class TcpTransport final : public Transport {
   // Not with sends still queued: they go out first (false: pass again).
   bool armForSleep() override;
   int waitFd() const override { return epollFd_; }
+  // progress() reads the sockets directly, without epoll_wait, while there are at most this many
+  // (HETCOMM_TCP_DIRECT_READ_SOCKETS, default 1; 0: always epoll). Tests set it to run both paths.
+  void readDirectlyUpTo(size_t sockets) { directReadSockets_ = sockets; }
 
  private:
   TcpTransport(const Config& config, std::vector<Interface> ifaces, int nsocks, int epollFd, bool ifnameForced);
@@ -69,8 +72,10 @@ class TcpTransport final : public Transport {
   boost::asio::io_context io_;  // owns the data sockets; never run (the data path is non-blocking)
   std::optional<boost::asio::ip::tcp::acceptor> acceptor_;
   std::vector<std::vector<Path>> paths_;  // per peer: its addresses to dial first; several: stripe over them
-  // Connections with sends queued since the last flush(): written together, one system call per socket.
-  std::shared_ptr<TcpConnection::FlushList> flushList_ = std::make_shared<TcpConnection::FlushList>();
+  // Connections with sends queued since the last flush() (written together, one system call per socket), and
+  // every live connection.
+  std::shared_ptr<TcpConnection::Hub> hub_ = std::make_shared<TcpConnection::Hub>();
+  size_t directReadSockets_;
 };
 
 }  // namespace hetcomm::transport::tcp

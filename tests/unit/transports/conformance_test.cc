@@ -45,6 +45,14 @@ std::vector<Backend> backends() {
     {"tcp",
      [](const Config& c) { return testing::asTransport(tcp::TcpTransport::create(c)); },
      {0, 1, 4095, (1u << 20) + 3, 64u << 20}},
+    // With few sockets tcp reads them directly; this runs the same contract through its epoll path.
+    {"tcp_epoll",
+     [](const Config& c) {
+       auto t = tcp::TcpTransport::create(c);
+       if (t) (*t)->readDirectlyUpTo(0);
+       return testing::asTransport(std::move(t));
+     },
+     {0, 1, 4095, (1u << 20) + 3, 8u << 20}},
         // Around a frame header (32 B) and a ring frame's payload (256 KiB, where cross-memory attach starts by
         // default), and streams of several ring lengths.
         {"shm",
