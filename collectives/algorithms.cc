@@ -45,25 +45,31 @@ const Algorithm* cheapest(const Args& a, const GroupView& g) {
   return best;
 }
 
+// Whether the same algorithms serve a and b.
+bool sameSupport(const Args& a, const Args& b, const GroupView& g) {
+  for (const Algorithm* algo : allAlgorithms())
+    if (algo->supports(a, g) != algo->supports(b, g)) return false;
+  return true;
+}
+
 const Algorithm* automatic(const Args& a, const GroupView& g) {
   if (!g.cache) return cheapest(a, g);
   const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
   const int cls = sizeClass(bytes);
-  const GroupCache::SelectionKey key{static_cast<int>(a.kind), a.root, static_cast<int>(a.dtype),
-                                     static_cast<int>(a.op), a.inPlace, cls};
-  const Algorithm* kept = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g.cache->mu);
-    if (auto it = g.cache->selections.find(key); it != g.cache->selections.end()) kept = it->second;
-  }
-  // The class's choice where it serves this size; otherwise (an algorithm with a size limit inside the class) the
-  // cheapest for the size itself. Either way a function of the call alone, whatever was called before. (Estimates
-  // take the cache's lock themselves.)
-  if (kept) return kept->supports(a, g) ? kept : cheapest(a, g);
   Args mid = a;
   if (cls >= 0) mid.count = std::max<size_t>(1, static_cast<size_t>(std::exp2((cls + 0.5) / kClassesPerOctave) / esz));
+  // A size shares its class's choice, made at the class's middle, only where the same algorithms serve both: at an
+  // algorithm's size limit inside the class (slots: up to 16 KiB) the size is judged alone. Either way the choice
+  // is a function of the call, whatever was called before. (Estimates take the cache's lock themselves.)
+  if (!sameSupport(a, mid, g)) return cheapest(a, g);
+  const GroupCache::SelectionKey key{static_cast<int>(a.kind), a.root, static_cast<int>(a.dtype),
+                                     static_cast<int>(a.op), a.inPlace, cls};
+  {
+    std::lock_guard<std::mutex> lock(g.cache->mu);
+    if (auto it = g.cache->selections.find(key); it != g.cache->selections.end()) return it->second;
+  }
   const Algorithm* best = cheapest(mid, g);
-  if (!best || !best->supports(a, g)) return cheapest(a, g);
+  if (!best) return nullptr;
   std::lock_guard<std::mutex> lock(g.cache->mu);
   g.cache->selections.emplace(key, best);
   return best;

@@ -201,9 +201,11 @@ TEST(Collectives, SlotsServeSmallAllReducesThatFitWhateverCameFirst) {
   EXPECT_NE(selectAlgorithm(a, view(0), "")->algo->name(), "slots");
   a.count = 1 << 20;
   EXPECT_NE(selectAlgorithm(a, view(16384), "")->algo->name(), "slots");
-  // 1010 bytes cuts the size class [982, 1024) after its middle (1003): 992 bytes fit, 1020 do not.
-  for (bool smallFirst : {true, false}) {
-    GroupView g = view(1010);
+  // 1010 bytes cuts the size class [982, 1024) after its middle (1003), 995 bytes before it: 992 bytes fit either
+  // way, 1020 do not.
+  for (auto [limit, smallFirst] : {std::pair{1010, true}, {1010, false}, {995, true}, {995, false}}) {
+    SCOPED_TRACE(format("slots up to %d bytes, %s first", limit, smallFirst ? "992" : "1020"));
+    GroupView g = view(limit);
     std::string small, large;
     for (int k = 0; k < 2; ++k) {
       a.count = (k == 0) == smallFirst ? 248 : 255;
@@ -211,8 +213,8 @@ TEST(Collectives, SlotsServeSmallAllReducesThatFitWhateverCameFirst) {
       ASSERT_TRUE(sel);
       (a.count == 248 ? small : large) = std::string(sel->algo->name());
     }
-    EXPECT_EQ(small, "slots") << smallFirst;
-    EXPECT_NE(large, "slots") << smallFirst;
+    EXPECT_EQ(small, "slots");
+    EXPECT_NE(large, "slots");
   }
 }
 
