@@ -80,9 +80,19 @@ void Training::State::choosePlan() {
     cfg.microBatch = plan.microBatch;
   }
   zero1 = o.zero ? *o.zero == 1 : plan.zero == 1;
+  const int plannedDepth = plan.pipelineDepth;
   if (o.pipelineDepth) plan.pipelineDepth = *o.pipelineDepth;
   check(rank, validatePlan(plan, cfg, world, planSource));
-  if (o.predict && o.plan != "auto") predict();
+  if (o.plan == "auto" && plan.pipelineDepth != plannedDepth) {
+    // The planner predicted its own depth: the run's is predicted again, so the end of the run compares like
+    // with like.
+    if (lead)
+      predictionText += "--pipeline-depth " + std::to_string(plan.pipelineDepth) + " replaces the planner's " +
+                        std::to_string(plannedDepth) + ", ";
+    predict();
+  } else if (o.predict && o.plan != "auto") {
+    predict();
+  }
 }
 
 // Each rank's speed as the planner counts it: its device speed, and with real compute its share of the host's cores
@@ -166,7 +176,7 @@ void Training::State::predict() {
   std::snprintf(line, sizeof line, "predicted: step %.1f ms, 1F1B %.1f ms, bubble %.1f%%, %s tok/s (%s)\n",
                 p->stepS * 1e3, p->pipelineS * 1e3, p->bubble * 100, human(predicted->tokensPerS).c_str(),
                 in.profile.source().c_str());
-  predictionText = line;
+  predictionText += line;
 }
 
 void Training::State::buildRanks() {

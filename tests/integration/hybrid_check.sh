@@ -115,9 +115,12 @@ p, m = j["predicted"], j["measured"]
 sys.exit(not (p["step_ms"] > 0 and m["step_ms"] > 0 and m["tokens_per_s"] > 0 and 0 <= m["bubble"] <= 1))
 ' "$work/auto2-summary.json"
 check "--summary-json holds the predicted and the measured step" $?
-train autoemu 4 --plan auto --emulate-compute --reference-gflops 20 --device-speeds 1,1,0.5,0.5
+train autoemu 4 --plan auto --emulate-compute --reference-gflops 20 --device-speeds 1,1,0.5,0.5 --pipeline-depth 5
 check "--plan auto with --emulate-compute runs" $?
 grep -q "compute: FLOPs at 20.0 GFLOP/s" "$work/autoemu.log"; check "--plan auto plans the emulated devices' FLOPs" $?
+# The planner tries depths up to 4: the forced 5 is predicted again, and that is what the run is compared with.
+grep -q "^\[0\] --pipeline-depth 5 replaces the planner's [1-4], predicted: step" "$work/autoemu.log"
+check "--pipeline-depth with --plan auto: the run's depth is predicted again" $?
 train predicted 4 --tp 2 --pp 2 --predict; check "--predict runs" $?
 grep -q "^\[0\] predicted: step" "$work/predicted.log" && grep -q "summary: predicted vs measured" "$work/predicted.log"
 check "--predict prints the plan's prediction and compares it" $?
