@@ -74,11 +74,14 @@ Status launch(Communicator* c, std::shared_ptr<Op> op) {
       return st;
     }
   }
+  if (!op->stream) {  // the caller drives it, whatever is ahead of it
+    HC_TRY(submit(c, op));
+    return waitOp(op);
+  }
   // An asynchronous op that is first in line is started on this thread; behind others, the thread that runs
   // those (the engine, or a caller waiting for them) takes it in turn.
   const bool first = c->idle();
   HC_TRY(submit(c, op));
-  if (!op->stream) return waitOp(op);
   if (first)
     Engine::get().start([&] { return op->finished(); });
   else
