@@ -151,6 +151,18 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
   const size_t bytes = count * kernels::sizeOf(static_cast<kernels::DataType>(dtype));
   HC_ASSIGN_OR_RETURN(Staging how, stagingFor(isSend ? buf : nullptr, bytes, isSend ? nullptr : buf, bytes, s));
+  if (!s && !how.staged && !inGroup()) {  // a lone blocking call: on this thread, without an Op, when it can
+    std::shared_ptr<Op> rest;
+    switch (c->sendRecvHere(isSend, static_cast<std::byte*>(const_cast<void*>(buf)), bytes,
+                            static_cast<kernels::DataType>(dtype), peer, &rest)) {
+      case Communicator::Here::kDone:
+        return okStatus();
+      case Communicator::Here::kHandedOver:
+        return waitOp(rest);
+      case Communicator::Here::kNotTaken:
+        break;
+    }
+  }
   coll::P2pOp p;
   p.isSend = isSend;
   p.peer = peer;

@@ -376,6 +376,63 @@ bool Communicator::startOne(const Op& op, Status* st) {
   return true;
 }
 
+Communicator::Here Communicator::sendRecvHere(bool isSend, std::byte* buf, size_t bytes, kernels::DataType dtype,
+                                              int peer, std::shared_ptr<Op>* op) {
+  if (peer == rank_ || peer < 0 || peer >= nranks_ || model_) return Here::kNotTaken;
+  Here here = Here::kNotTaken;
+  Engine::get().runExclusive(this, [&](unsigned polls) {
+    // Under the pass lock nothing else runs this communicator; under mu_ nothing is queued ahead of this call.
+    if (current_ || !connPtrs_[peer] || failed_.load(std::memory_order_acquire) ||
+        outsideFailure_.load(std::memory_order_acquire))
+      return;
+    uint32_t seq;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() || busy_ || !error_.ok()) return;
+      busy_ = true;
+      seq = isSend ? sendSeq_[peer]++ : recvSeq_[peer]++;
+    }
+    log::ScopedRank scope(rank_, name());
+    coll::P2pOp p;
+    p.isSend = isSend;
+    p.peer = peer;
+    p.bytes = bytes;
+    p.seq = seq;
+    Status st;
+    try {
+      one_ = transport::Request{};
+      transport::Connection* c = connPtrs_[peer];
+      const uint64_t tag = coll::Executor::p2pWireTag(seq);
+      st = isSend ? c->isend(one_, {buf, bytes}, tag) : c->irecv(one_, {buf, bytes}, tag);
+      // A few polls: a send into a ring is done at once, and a reply from a peer inside its call comes within them.
+      for (unsigned i = 0; st.ok() && !one_.finished() && i < polls; ++i) st = progressTransports();
+    } catch (const std::exception& e) {  // bad_alloc: fail the communicator, not the process
+      st = systemError("%s: %s", isSend ? "send" : "recv", e.what());
+    }
+    if (st.ok() && one_.done()) {
+      setBusy(false);
+      here = Here::kDone;
+      return;
+    }
+    // Longer, or failed: the same operation as the queue would have run (its request is one_), now current; the
+    // next pass finishes it, or fails it and the communicator as any operation.
+    auto rest = std::make_shared<Op>();
+    rest->args.kind = coll::CollKind::kSendRecv;
+    rest->args.dtype = dtype;
+    rest->args.p2p.push_back(p);
+    rest->extras.push_back(buf);
+    rest->comm = this;
+    current_ = rest;
+    runner_ = Runner::kOne;
+    markRunning(*rest);
+    if (!st.ok()) fail(Status(st.code(), format("rank %d: %s failed: %s", rank_, rest->args.describe().c_str(),
+                                                std::string(st.message()).c_str())));
+    *op = std::move(rest);
+    here = Here::kHandedOver;
+  });
+  return here;
+}
+
 // No clock read for a small operation: on virtual machines a read costs as much as a small message's work. The
 // timeout's clock starts at the first stretch of idle passes (microseconds in, for an operation that waits at
 // all); the start time is taken only for the collectives checkPrediction looks at.

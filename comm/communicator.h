@@ -73,6 +73,17 @@ class Communicator {
 
   // Queues op (validated by the caller). Returns the comm's sticky error instead if it has one.
   Status enqueue(std::shared_ptr<Op> op);
+  // A lone blocking send or receive (no stream, no group) while nothing else is queued or running: issued and
+  // polled on the calling thread, with no Op and no queue (a small message's latency is mostly that bookkeeping).
+  //   kDone: it finished here.
+  //   kHandedOver: it was issued but needs longer, or failed: *op is now the current operation, waited for as any
+  //     other (the timeout, a peer's failure and abort apply as usual).
+  //   kNotTaken: nothing was issued (another thread is in a pass, the communicator is busy or failed, the peer is
+  //     this rank): queue an Op.
+  // The send or receive takes its sequence number here when it is issued.
+  enum class Here { kNotTaken, kDone, kHandedOver };
+  Here sendRecvHere(bool isSend, std::byte* buf, size_t bytes, kernels::DataType dtype, int peer,
+                    std::shared_ptr<Op>* op);
   uint64_t nextCollectiveSeq();
   uint32_t nextP2pSeq(int peer, bool send);
   // Gives back the sequence numbers of point-to-point calls that were refused before being queued (the last ones

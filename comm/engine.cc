@@ -139,9 +139,6 @@ bool Engine::drive(const std::function<bool()>& done, Clock::duration idleBudget
   bool finished = done();
   // The clock is read every few passes only: on virtual machines a read can cost as much as a pass.
   constexpr unsigned kClockEvery = 8;
-  // The pass lock is kept over a run of passes (two atomic operations a pass are a good part of a pass), and let go
-  // before a yield and every kHoldPasses passes, so that attach, detach and other drivers get their turn.
-  constexpr unsigned kHoldPasses = 64;
   bool held = false;
   for (unsigned idle = 0, passes = 0; !finished; ++passes) {
     bool moved = false;

@@ -13,6 +13,7 @@
 //     about to consume do not wake it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,10 +51,25 @@ class Engine {
   void start(const std::function<bool()>& done);
   // Called (by whoever ran the pass, or by an aborting thread) when operations finished.
   void notifyFinished();
+  // Runs fn(polls) on this thread holding the pass lock, if no pass is running now and comm is attached (a
+  // detached one may be torn down meanwhile); returns whether it ran. polls: how many idle polls fn may make
+  // before it must let go (fewer when ranks outnumber cores: the peer may need this core). For a caller that can
+  // finish a small operation in a few polls without queueing it (Communicator::sendRecvHere).
+  template <class Fn>
+  bool runExclusive(Communicator* comm, Fn&& fn) {
+    if (!passMu_.try_lock()) return false;
+    std::lock_guard<std::mutex> lock(passMu_, std::adopt_lock);
+    if (std::find(comms_.begin(), comms_.end(), comm) == comms_.end()) return false;
+    fn(std::min(kHoldPasses, yieldAfter_.load(std::memory_order_relaxed)));
+    return true;
+  }
 
  private:
   using Clock = std::chrono::steady_clock;
   enum class Mode : int { kRunning, kSleeping, kParked };
+  // A driver keeps the pass lock over a run of passes (two atomic operations a pass are a good part of a pass),
+  // and lets go before a yield and every kHoldPasses passes, so that attach, detach and other drivers get their turn.
+  static constexpr unsigned kHoldPasses = 64;
 
   Engine();
   void run();
