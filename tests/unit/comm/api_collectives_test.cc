@@ -240,6 +240,54 @@ TEST_P(ApiCollectives, BlockingCallsFromOneThreadPerRank) {
   }
 }
 
+// A lone blocking send or receive runs on the calling thread while nothing else is queued on its communicator; one
+// that waits longer (its peer is late) becomes the communicator's current operation; one behind an asynchronous
+// collective on a stream waits for it. Every way, each message arrives whole, in order, and the collective's sum is
+// right. Ranks are threads in a ring: even ranks send first, odd ranks receive first.
+TEST_P(ApiCollectives, LoneBlockingSendsAndReceivesWhateverIsAheadOfThem) {
+  if (n_ < 2) GTEST_SKIP() << "sends to another rank";
+  std::vector<hetcommStream_t> streams(n_, nullptr);
+  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
+  std::vector<std::string> why(n_);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n_; ++r)
+    threads.emplace_back([&, r] {
+      const int next = (r + 1) % n_, prev = (r + n_ - 1) % n_;
+      auto ok = [&](hetcommResult_t rc, const char* what, int k) {
+        if (rc != hetcommSuccess && why[r].empty())
+          why[r] = std::string(what) + " #" + std::to_string(k) + ": " + lastError();
+        return rc == hetcommSuccess;
+      };
+      for (int k = 0; k < 200 && why[r].empty(); ++k) {
+        const size_t count = 1 + (static_cast<size_t>(k) * 37) % 3000;
+        std::vector<int32_t> out(count), in(count, -1);
+        for (size_t i = 0; i < count; ++i) out[i] = r * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000);
+        std::vector<int64_t> sum(5, r + 1);
+        const bool queuedAhead = k % 40 == 20;
+        if (queuedAhead &&
+            !ok(hetcommAllReduce(sum.data(), sum.data(), sum.size(), hetcommInt64, hetcommSum, comms_[r], streams[r]),
+                "allreduce", k))
+          return;
+        if (k % 50 == 49 && r % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late sender
+        auto send = [&] { return ok(hetcommSend(out.data(), count, hetcommInt32, next, comms_[r], nullptr), "send", k); };
+        auto recv = [&] { return ok(hetcommRecv(in.data(), count, hetcommInt32, prev, comms_[r], nullptr), "recv", k); };
+        if (!(r % 2 == 0 ? send() && recv() : recv() && send())) return;
+        for (size_t i = 0; i < count; ++i)
+          if (in[i] != prev * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000)) {
+            why[r] = "message #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
+            return;
+          }
+        if (queuedAhead) {
+          if (!ok(hetcommStreamSynchronize(streams[r]), "synchronize", k)) return;
+          if (sum != std::vector<int64_t>(5, n_ * (n_ + 1) / 2)) why[r] = "allreduce #" + std::to_string(k) + " is wrong";
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(why[r], "") << "rank " << r;
+  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, ApiCollectives, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
