@@ -99,42 +99,55 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
   const bool rooted = kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce;
   if (rooted) HC_TRY(checkRank(root, c->nranks(), "root"));
   HC_ASSIGN_OR_RETURN(Stream * s, streamOf(stream));
-  auto op = std::make_shared<Op>();
-  op->args.kind = kind;
-  op->args.count = count;
-  op->args.dtype = static_cast<kernels::DataType>(dtype);
-  op->args.op = reduces ? static_cast<kernels::RedOp>(redop) : kernels::RedOp::kSum;
-  op->args.root = rooted ? root : 0;
+  coll::Args args;
+  args.kind = kind;
+  args.count = count;
+  args.dtype = static_cast<kernels::DataType>(dtype);
+  args.op = reduces ? static_cast<kernels::RedOp>(redop) : kernels::RedOp::kSum;
+  args.root = rooted ? root : 0;
   const int n = c->nranks(), me = c->rank();
   HC_TRY(checkCount(
-      count, kernels::sizeOf(op->args.dtype),
+      count, kernels::sizeOf(args.dtype),
       kind == coll::CollKind::kAllReduce || kind == coll::CollKind::kBroadcast || kind == coll::CollKind::kReduce ? 1
                                                                                                                   : n));
-  const size_t sendCount = op->args.sendBytes(n) / kernels::sizeOf(op->args.dtype);
-  const size_t recvCount = op->args.recvBytes(n) / kernels::sizeOf(op->args.dtype);
+  const size_t sendCount = args.sendBytes(n) / kernels::sizeOf(args.dtype);
+  const size_t recvCount = args.recvBytes(n) / kernels::sizeOf(args.dtype);
   // Buffers only the root uses may be NULL elsewhere, as in NCCL.
   const bool needSend = kind != coll::CollKind::kBroadcast || me == root;
   const bool needRecv = kind != coll::CollKind::kReduce || me == root;
   if (needSend) HC_TRY(checkBuf(send, sendCount, "sendbuff"));
   if (needRecv) HC_TRY(checkBuf(recv, recvCount, "recvbuff"));
-  const size_t esz = kernels::sizeOf(op->args.dtype);
+  const size_t esz = kernels::sizeOf(args.dtype);
   const auto* sb = static_cast<const std::byte*>(send);
   const auto* rb = static_cast<const std::byte*>(recv);
   switch (kind) {
     case coll::CollKind::kAllGather:
-      op->args.inPlace = sb && sb == rb + me * count * esz;
+      args.inPlace = sb && sb == rb + me * count * esz;
       break;
     case coll::CollKind::kReduceScatter:
-      op->args.inPlace = rb && rb == sb + me * count * esz;
+      args.inPlace = rb && rb == sb + me * count * esz;
       break;
     default:
-      op->args.inPlace = sb && sb == rb;
+      args.inPlace = sb && sb == rb;
       break;
   }
-  op->send = send;
-  op->recv = recv;
   HC_ASSIGN_OR_RETURN(Staging how, stagingFor(needSend ? send : nullptr, sendCount * esz, needRecv ? recv : nullptr,
                                               recvCount * esz, s));
+  if (kind == coll::CollKind::kAllReduce && !s && !how.staged && !inGroup()) {  // on this thread, when it can
+    std::shared_ptr<Op> rest;
+    switch (c->allReduceHere(args, send, recv, &rest)) {
+      case Communicator::Here::kDone:
+        return okStatus();
+      case Communicator::Here::kHandedOver:
+        return waitOp(rest);
+      case Communicator::Here::kNotTaken:
+        break;
+    }
+  }
+  auto op = std::make_shared<Op>();
+  op->args = std::move(args);
+  op->send = send;
+  op->recv = recv;
   if (how.staged) return launchStaged(c, *op, how, s);
   op->stream = s;
   op->seq = c->nextCollectiveSeq();

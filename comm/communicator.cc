@@ -433,6 +433,69 @@ Communicator::Here Communicator::sendRecvHere(bool isSend, std::byte* buf, size_
   return here;
 }
 
+Communicator::Here Communicator::allReduceHere(const coll::Args& args, const void* send, void* recv,
+                                               std::shared_ptr<Op>* op) {
+  if (!slots_ || args.kind != coll::CollKind::kAllReduce ||
+      args.count * kernels::sizeOf(args.dtype) > HostSlots::kSlotBytes)
+    return Here::kNotTaken;
+  Here here = Here::kNotTaken;
+  Engine::get().runExclusive(this, [&](unsigned polls) {
+    if (current_ || failed_.load(std::memory_order_acquire) || outsideFailure_.load(std::memory_order_acquire))
+      return;
+    // The operation as the queue would hold it, on this stack until it must outlive this call.
+    Op local;
+    local.args = args;
+    local.send = send;
+    local.recv = recv;
+    local.comm = this;
+    // Slots only where the cost model (or HETCOMM_ALGO) chooses them; the plan is cached after the first call.
+    auto plan = planFor(local);
+    if (!plan || !(*plan)->hostSlots) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!queue_.empty() || busy_ || !error_.ok()) return;
+      busy_ = true;
+      local.seq = collSeq_ = collSeq_ >= 0x7fffffffull ? 1 : collSeq_ + 1;  // as nextCollectiveSeq
+    }
+    log::ScopedRank scope(rank_, name());
+    const DescriptorBytes mine = descriptor(local);
+    slots_->startAllReduce(local.seq, mine, send, recv, args.count, args.dtype, args.op);
+    auto verify = [&](std::span<const std::byte> theirs, int from) { return checkDescriptor(local, theirs, from); };
+    Result<bool> done = false;
+    for (unsigned i = 0; i < polls; ++i) {
+      bool moved = false;
+      if (Status st = progressTransports(); !st.ok()) {
+        done = st;
+        break;
+      }
+      done = slots_->advance(connPtrs_, verify, &moved);
+      if (!done || *done) break;
+    }
+    if (done && *done) {
+      setBusy(false);
+      here = Here::kDone;
+      return;
+    }
+    auto rest = std::make_shared<Op>();
+    rest->args = args;
+    rest->send = send;
+    rest->recv = recv;
+    rest->comm = this;
+    rest->seq = local.seq;
+    rest->predictedUs = local.predictedUs;
+    current_ = rest;
+    runner_ = Runner::kSlots;
+    markRunning(*rest);
+    if (!done)
+      fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, rest->args.describe().c_str(),
+                                              (unsigned long long)rest->seq,
+                                              std::string(done.error().message()).c_str())));
+    *op = std::move(rest);
+    here = Here::kHandedOver;
+  });
+  return here;
+}
+
 // No clock read for a small operation: on virtual machines a read costs as much as a small message's work. The
 // timeout's clock starts at the first stretch of idle passes (microseconds in, for an operation that waits at
 // all); the start time is taken only for the collectives checkPrediction looks at.

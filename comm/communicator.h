@@ -84,6 +84,9 @@ class Communicator {
   enum class Here { kNotTaken, kDone, kHandedOver };
   Here sendRecvHere(bool isSend, std::byte* buf, size_t bytes, kernels::DataType dtype, int peer,
                     std::shared_ptr<Op>* op);
+  // The same for a blocking allreduce that the host slots run (every rank on this host over shm, the buffer fits,
+  // the cost model or HETCOMM_ALGO chooses slots): args as the Op's; the collective sequence number is taken here.
+  Here allReduceHere(const coll::Args& args, const void* send, void* recv, std::shared_ptr<Op>* op);
   uint64_t nextCollectiveSeq();
   uint32_t nextP2pSeq(int peer, bool send);
   // Gives back the sequence numbers of point-to-point calls that were refused before being queued (the last ones

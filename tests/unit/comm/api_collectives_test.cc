@@ -288,6 +288,49 @@ TEST_P(ApiCollectives, LoneBlockingSendsAndReceivesWhateverIsAheadOfThem) {
   for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
 }
 
+// Small blocking allreduces, one thread per rank (on one host they run in the host slots, on the calling thread
+// while nothing else is queued): whether a rank is late (the others hand their call over to the engine's passes)
+// or an asynchronous one is queued ahead, every sum is right.
+TEST_P(ApiCollectives, SmallBlockingAllReducesWithALateRankOrOneQueuedAhead) {
+  std::vector<hetcommStream_t> streams(n_, nullptr);
+  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
+  std::vector<std::string> why(n_);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n_; ++r)
+    threads.emplace_back([&, r] {
+      for (int k = 0; k < 150 && why[r].empty(); ++k) {
+        const size_t count = 1 + (static_cast<size_t>(k) * 53) % 4096;
+        std::vector<int32_t> buf(count), ahead(7, r + 1);
+        for (size_t i = 0; i < count; ++i) buf[i] = r * 100 + k + static_cast<int32_t>(i % 7);
+        const bool queuedAhead = k % 30 == 15;
+        if (queuedAhead &&
+            hetcommAllReduce(ahead.data(), ahead.data(), ahead.size(), hetcommInt32, hetcommSum, comms_[r],
+                             streams[r]) != hetcommSuccess) {
+          why[r] = "allreduce on the stream #" + std::to_string(k) + ": " + lastError();
+          return;
+        }
+        if (k % 50 == 49 && r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late rank
+        if (hetcommAllReduce(buf.data(), buf.data(), count, hetcommInt32, hetcommSum, comms_[r], nullptr) !=
+            hetcommSuccess) {
+          why[r] = "allreduce #" + std::to_string(k) + ": " + lastError();
+          return;
+        }
+        for (size_t i = 0; i < count; ++i)
+          if (buf[i] != 100 * n_ * (n_ - 1) / 2 + n_ * (k + static_cast<int32_t>(i % 7))) {
+            why[r] = "allreduce #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
+            return;
+          }
+        if (queuedAhead) {
+          if (hetcommStreamSynchronize(streams[r]) != hetcommSuccess) why[r] = "synchronize: " + lastError();
+          if (ahead != std::vector<int32_t>(7, n_ * (n_ + 1) / 2)) why[r] = "the allreduce on the stream is wrong";
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < n_; ++r) EXPECT_EQ(why[r], "") << "rank " << r;
+  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, ApiCollectives, ::testing::Values(1, 2, 3, 4),
                          [](const auto& info) { return "np" + std::to_string(info.param); });
 
