@@ -5,6 +5,9 @@
 //     hand-off to another thread, no wake-up on either side of a message while both ranks are inside a call. It
 //     polls for a bounded time (HETCOMM_SPIN_US), yielding the core between idle passes so that ranks which share
 //     cores do not starve each other, then sleeps and leaves the rest to the engine thread.
+//   - A lone blocking send or receive, or a host-slot allreduce, with nothing queued on its communicator skips the
+//     queue altogether: runExclusive() gives the calling thread the pass lock for a few polls (the communicator
+//     hands the call to the queue's machinery if that is not enough).
 //   - A thread that queues an asynchronous operation starts it (a few passes, bounded in time) and wakes the engine
 //     thread only if the operation is not finished by then.
 //   - The engine thread runs passes for work nobody waits on, sleeping in epoll on the transports' fds and a wake-up
