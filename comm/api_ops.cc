@@ -3,6 +3,7 @@
 // or started (on a stream: Engine::start). Groups are per thread.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm/api_internal.h"
@@ -60,6 +61,20 @@ Status waitOp(const std::shared_ptr<Op>& op) {
 }
 
 Status pairSelf(const Op& op, int me);
+
+// A blocking call the communicator took on this thread (Communicator::Here): its status, once done or after
+// waiting for what it handed over; nothing when it was not taken (queue an Op).
+std::optional<Status> finishHere(Communicator::Here here, const std::shared_ptr<Op>& rest) {
+  switch (here) {
+    case Communicator::Here::kDone:
+      return okStatus();
+    case Communicator::Here::kHandedOver:
+      return waitOp(rest);
+    case Communicator::Here::kNotTaken:
+      break;
+  }
+  return std::nullopt;
+}
 
 // Queues op now, or at GroupEnd inside a group; without a stream, waits for it.
 Status launch(Communicator* c, std::shared_ptr<Op> op) {
@@ -135,14 +150,7 @@ Status collective(coll::CollKind kind, const void* send, void* recv, size_t coun
                                               recvCount * esz, s));
   if (kind == coll::CollKind::kAllReduce && !s && !how.staged && !inGroup()) {  // on this thread, when it can
     std::shared_ptr<Op> rest;
-    switch (c->allReduceHere(args, send, recv, &rest)) {
-      case Communicator::Here::kDone:
-        return okStatus();
-      case Communicator::Here::kHandedOver:
-        return waitOp(rest);
-      case Communicator::Here::kNotTaken:
-        break;
-    }
+    if (auto st = finishHere(c->allReduceHere(args, send, recv, &rest), rest)) return *st;
   }
   auto op = std::make_shared<Op>();
   op->args = std::move(args);
@@ -166,15 +174,9 @@ Status p2p(bool isSend, const void* buf, size_t count, hetcommDataType_t dtype, 
   HC_ASSIGN_OR_RETURN(Staging how, stagingFor(isSend ? buf : nullptr, bytes, isSend ? nullptr : buf, bytes, s));
   if (!s && !how.staged && !inGroup()) {  // a lone blocking call: on this thread, without an Op, when it can
     std::shared_ptr<Op> rest;
-    switch (c->sendRecvHere(isSend, static_cast<std::byte*>(const_cast<void*>(buf)), bytes,
-                            static_cast<kernels::DataType>(dtype), peer, &rest)) {
-      case Communicator::Here::kDone:
-        return okStatus();
-      case Communicator::Here::kHandedOver:
-        return waitOp(rest);
-      case Communicator::Here::kNotTaken:
-        break;
-    }
+    const auto here = c->sendRecvHere(isSend, static_cast<std::byte*>(const_cast<void*>(buf)), bytes,
+                                      static_cast<kernels::DataType>(dtype), peer, &rest);
+    if (auto st = finishHere(here, rest)) return *st;
   }
   coll::P2pOp p;
   p.isSend = isSend;

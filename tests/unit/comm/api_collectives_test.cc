@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -22,6 +23,17 @@ class ApiCollectives : public ::testing::TestWithParam<int> {
   void SetUp() override {
     n_ = GetParam();
     ASSERT_NO_FATAL_FAILURE(initAll(comms_, n_));
+  }
+  // One thread per rank, each with a stream of its own: body(rank, stream, why) leaves in why what went wrong.
+  void onEveryRank(const std::function<void(int, hetcommStream_t, std::string&)>& body) {
+    std::vector<hetcommStream_t> streams(n_, nullptr);
+    for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
+    std::vector<std::string> why(n_);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n_; ++r) threads.emplace_back([&, r] { body(r, streams[r], why[r]); });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n_; ++r) EXPECT_EQ(why[r], "") << "rank " << r;
+    for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
   }
   int n_ = 0;
   Comms comms_;
@@ -246,89 +258,71 @@ TEST_P(ApiCollectives, BlockingCallsFromOneThreadPerRank) {
 // right. Ranks are threads in a ring: even ranks send first, odd ranks receive first.
 TEST_P(ApiCollectives, LoneBlockingSendsAndReceivesWhateverIsAheadOfThem) {
   if (n_ < 2) GTEST_SKIP() << "sends to another rank";
-  std::vector<hetcommStream_t> streams(n_, nullptr);
-  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
-  std::vector<std::string> why(n_);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n_; ++r)
-    threads.emplace_back([&, r] {
-      const int next = (r + 1) % n_, prev = (r + n_ - 1) % n_;
-      auto ok = [&](hetcommResult_t rc, const char* what, int k) {
-        if (rc != hetcommSuccess && why[r].empty())
-          why[r] = std::string(what) + " #" + std::to_string(k) + ": " + lastError();
-        return rc == hetcommSuccess;
-      };
-      for (int k = 0; k < 200 && why[r].empty(); ++k) {
-        const size_t count = 1 + (static_cast<size_t>(k) * 37) % 3000;
-        std::vector<int32_t> out(count), in(count, -1);
-        for (size_t i = 0; i < count; ++i) out[i] = r * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000);
-        std::vector<int64_t> sum(5, r + 1);
-        const bool queuedAhead = k % 40 == 20;
-        if (queuedAhead &&
-            !ok(hetcommAllReduce(sum.data(), sum.data(), sum.size(), hetcommInt64, hetcommSum, comms_[r], streams[r]),
-                "allreduce", k))
+  onEveryRank([&](int r, hetcommStream_t stream, std::string& why) {
+    const int next = (r + 1) % n_, prev = (r + n_ - 1) % n_;
+    auto ok = [&](hetcommResult_t rc, const char* what, int k) {
+      if (rc != hetcommSuccess && why.empty()) why = std::string(what) + " #" + std::to_string(k) + ": " + lastError();
+      return rc == hetcommSuccess;
+    };
+    for (int k = 0; k < 200 && why.empty(); ++k) {
+      const size_t count = 1 + (static_cast<size_t>(k) * 37) % 3000;
+      std::vector<int32_t> out(count), in(count, -1);
+      for (size_t i = 0; i < count; ++i) out[i] = r * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000);
+      std::vector<int64_t> sum(5, r + 1);
+      const bool queuedAhead = k % 40 == 20;
+      if (queuedAhead &&
+          !ok(hetcommAllReduce(sum.data(), sum.data(), sum.size(), hetcommInt64, hetcommSum, comms_[r], stream),
+              "allreduce", k))
+        return;
+      if (k % 50 == 49 && r % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late sender
+      auto send = [&] { return ok(hetcommSend(out.data(), count, hetcommInt32, next, comms_[r], nullptr), "send", k); };
+      auto recv = [&] { return ok(hetcommRecv(in.data(), count, hetcommInt32, prev, comms_[r], nullptr), "recv", k); };
+      if (!(r % 2 == 0 ? send() && recv() : recv() && send())) return;
+      for (size_t i = 0; i < count; ++i)
+        if (in[i] != prev * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000)) {
+          why = "message #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
           return;
-        if (k % 50 == 49 && r % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late sender
-        auto send = [&] { return ok(hetcommSend(out.data(), count, hetcommInt32, next, comms_[r], nullptr), "send", k); };
-        auto recv = [&] { return ok(hetcommRecv(in.data(), count, hetcommInt32, prev, comms_[r], nullptr), "recv", k); };
-        if (!(r % 2 == 0 ? send() && recv() : recv() && send())) return;
-        for (size_t i = 0; i < count; ++i)
-          if (in[i] != prev * 1000000 + k * 1000 + static_cast<int32_t>(i % 1000)) {
-            why[r] = "message #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
-            return;
-          }
-        if (queuedAhead) {
-          if (!ok(hetcommStreamSynchronize(streams[r]), "synchronize", k)) return;
-          if (sum != std::vector<int64_t>(5, n_ * (n_ + 1) / 2)) why[r] = "allreduce #" + std::to_string(k) + " is wrong";
         }
+      if (queuedAhead) {
+        if (!ok(hetcommStreamSynchronize(stream), "synchronize", k)) return;
+        if (sum != std::vector<int64_t>(5, n_ * (n_ + 1) / 2)) why = "allreduce #" + std::to_string(k) + " is wrong";
       }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n_; ++r) EXPECT_EQ(why[r], "") << "rank " << r;
-  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+    }
+  });
 }
 
 // Small blocking allreduces, one thread per rank (on one host they run in the host slots, on the calling thread
 // while nothing else is queued): whether a rank is late (the others hand their call over to the engine's passes)
 // or an asynchronous one is queued ahead, every sum is right.
 TEST_P(ApiCollectives, SmallBlockingAllReducesWithALateRankOrOneQueuedAhead) {
-  std::vector<hetcommStream_t> streams(n_, nullptr);
-  for (auto& s : streams) HC_ASSERT_OK(hetcommStreamCreate(&s));
-  std::vector<std::string> why(n_);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n_; ++r)
-    threads.emplace_back([&, r] {
-      for (int k = 0; k < 150 && why[r].empty(); ++k) {
-        const size_t count = 1 + (static_cast<size_t>(k) * 53) % 4096;
-        std::vector<int32_t> buf(count), ahead(7, r + 1);
-        for (size_t i = 0; i < count; ++i) buf[i] = r * 100 + k + static_cast<int32_t>(i % 7);
-        const bool queuedAhead = k % 30 == 15;
-        if (queuedAhead &&
-            hetcommAllReduce(ahead.data(), ahead.data(), ahead.size(), hetcommInt32, hetcommSum, comms_[r],
-                             streams[r]) != hetcommSuccess) {
-          why[r] = "allreduce on the stream #" + std::to_string(k) + ": " + lastError();
-          return;
-        }
-        if (k % 50 == 49 && r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late rank
-        if (hetcommAllReduce(buf.data(), buf.data(), count, hetcommInt32, hetcommSum, comms_[r], nullptr) !=
-            hetcommSuccess) {
-          why[r] = "allreduce #" + std::to_string(k) + ": " + lastError();
-          return;
-        }
-        for (size_t i = 0; i < count; ++i)
-          if (buf[i] != 100 * n_ * (n_ - 1) / 2 + n_ * (k + static_cast<int32_t>(i % 7))) {
-            why[r] = "allreduce #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
-            return;
-          }
-        if (queuedAhead) {
-          if (hetcommStreamSynchronize(streams[r]) != hetcommSuccess) why[r] = "synchronize: " + lastError();
-          if (ahead != std::vector<int32_t>(7, n_ * (n_ + 1) / 2)) why[r] = "the allreduce on the stream is wrong";
-        }
+  onEveryRank([&](int r, hetcommStream_t stream, std::string& why) {
+    for (int k = 0; k < 150 && why.empty(); ++k) {
+      const size_t count = 1 + (static_cast<size_t>(k) * 53) % 4096;
+      std::vector<int32_t> buf(count), ahead(7, r + 1);
+      for (size_t i = 0; i < count; ++i) buf[i] = r * 100 + k + static_cast<int32_t>(i % 7);
+      const bool queuedAhead = k % 30 == 15;
+      if (queuedAhead && hetcommAllReduce(ahead.data(), ahead.data(), ahead.size(), hetcommInt32, hetcommSum,
+                                          comms_[r], stream) != hetcommSuccess) {
+        why = "allreduce on the stream #" + std::to_string(k) + ": " + lastError();
+        return;
       }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < n_; ++r) EXPECT_EQ(why[r], "") << "rank " << r;
-  for (auto s : streams) HC_EXPECT_OK(hetcommStreamDestroy(s));
+      if (k % 50 == 49 && r == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a late rank
+      if (hetcommAllReduce(buf.data(), buf.data(), count, hetcommInt32, hetcommSum, comms_[r], nullptr) !=
+          hetcommSuccess) {
+        why = "allreduce #" + std::to_string(k) + ": " + lastError();
+        return;
+      }
+      for (size_t i = 0; i < count; ++i)
+        if (buf[i] != 100 * n_ * (n_ - 1) / 2 + n_ * (k + static_cast<int32_t>(i % 7))) {
+          why = "allreduce #" + std::to_string(k) + " element " + std::to_string(i) + " is wrong";
+          return;
+        }
+      if (queuedAhead) {
+        if (hetcommStreamSynchronize(stream) != hetcommSuccess) why = "synchronize: " + lastError();
+        if (ahead != std::vector<int32_t>(7, n_ * (n_ + 1) / 2)) why = "the allreduce on the stream is wrong";
+      }
+    }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ApiCollectives, ::testing::Values(1, 2, 3, 4),
