@@ -212,6 +212,10 @@ Status Communicator::asyncError() const {
 
 uint64_t Communicator::nextCollectiveSeq() {
   std::lock_guard<std::mutex> lock(mu_);
+  return stepCollectiveSeq();
+}
+
+uint64_t Communicator::stepCollectiveSeq() {
   collSeq_ = collSeq_ >= 0x7fffffffull ? 1 : collSeq_ + 1;
   return collSeq_;
 }
@@ -376,38 +380,54 @@ bool Communicator::startOne(const Op& op, Status* st) {
   return true;
 }
 
+template <class Take>
+bool Communicator::claimIdle(Take&& take) {
+  // Under the pass lock nothing else runs this communicator; under mu_ nothing is queued ahead of this call.
+  if (current_ || failed_.load(std::memory_order_acquire) || outsideFailure_.load(std::memory_order_acquire))
+    return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_.empty() || busy_ || !error_.ok()) return false;
+  busy_ = true;
+  take();
+  return true;
+}
+
+Communicator::Here Communicator::handOver(std::shared_ptr<Op> rest, Runner runner, const Status& failure,
+                                          std::shared_ptr<Op>* op) {
+  current_ = rest;
+  runner_ = runner;
+  markRunning(*rest);
+  if (!failure.ok()) fail(opFailed(*rest, failure));
+  *op = std::move(rest);
+  return Here::kHandedOver;
+}
+
+Status Communicator::opFailed(const Op& op, const Status& why) const {
+  return Status(why.code(), format("rank %d: %s #%llu failed: %s", rank_, op.args.describe().c_str(),
+                                   (unsigned long long)op.seq, std::string(why.message()).c_str()));
+}
+
 Communicator::Here Communicator::sendRecvHere(bool isSend, std::byte* buf, size_t bytes, kernels::DataType dtype,
                                               int peer, std::shared_ptr<Op>* op) {
   if (peer == rank_ || peer < 0 || peer >= nranks_ || model_) return Here::kNotTaken;
   Here here = Here::kNotTaken;
   Engine::get().runExclusive(this, [&](unsigned polls) {
-    // Under the pass lock nothing else runs this communicator; under mu_ nothing is queued ahead of this call.
-    if (current_ || !connPtrs_[peer] || failed_.load(std::memory_order_acquire) ||
-        outsideFailure_.load(std::memory_order_acquire))
-      return;
-    uint32_t seq;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() || busy_ || !error_.ok()) return;
-      busy_ = true;
-      seq = isSend ? sendSeq_[peer]++ : recvSeq_[peer]++;
-    }
-    log::ScopedRank scope(rank_, name());
     coll::P2pOp p;
     p.isSend = isSend;
     p.peer = peer;
     p.bytes = bytes;
-    p.seq = seq;
+    if (!connPtrs_[peer] || !claimIdle([&] { p.seq = isSend ? sendSeq_[peer]++ : recvSeq_[peer]++; })) return;
+    log::ScopedRank scope(rank_, name());
     Status st;
     try {
       one_ = transport::Request{};
       transport::Connection* c = connPtrs_[peer];
-      const uint64_t tag = coll::Executor::p2pWireTag(seq);
+      const uint64_t tag = coll::Executor::p2pWireTag(p.seq);
       st = isSend ? c->isend(one_, {buf, bytes}, tag) : c->irecv(one_, {buf, bytes}, tag);
       // A few polls: a send into a ring is done at once, and a reply from a peer inside its call comes within them.
       for (unsigned i = 0; st.ok() && !one_.finished() && i < polls; ++i) st = progressTransports();
     } catch (const std::exception& e) {  // bad_alloc: fail the communicator, not the process
-      st = systemError("%s: %s", isSend ? "send" : "recv", e.what());
+      st = systemError("%s", e.what());
     }
     if (st.ok() && one_.done()) {
       setBusy(false);
@@ -422,13 +442,7 @@ Communicator::Here Communicator::sendRecvHere(bool isSend, std::byte* buf, size_
     rest->args.p2p.push_back(p);
     rest->extras.push_back(buf);
     rest->comm = this;
-    current_ = rest;
-    runner_ = Runner::kOne;
-    markRunning(*rest);
-    if (!st.ok()) fail(Status(st.code(), format("rank %d: %s failed: %s", rank_, rest->args.describe().c_str(),
-                                                std::string(st.message()).c_str())));
-    *op = std::move(rest);
-    here = Here::kHandedOver;
+    here = handOver(std::move(rest), Runner::kOne, st, op);
   });
   return here;
 }
@@ -440,8 +454,6 @@ Communicator::Here Communicator::allReduceHere(const coll::Args& args, const voi
     return Here::kNotTaken;
   Here here = Here::kNotTaken;
   Engine::get().runExclusive(this, [&](unsigned polls) {
-    if (current_ || failed_.load(std::memory_order_acquire) || outsideFailure_.load(std::memory_order_acquire))
-      return;
     // The operation as the queue would hold it, on this stack until it must outlive this call.
     Op local;
     local.args = args;
@@ -450,26 +462,15 @@ Communicator::Here Communicator::allReduceHere(const coll::Args& args, const voi
     local.comm = this;
     // Slots only where the cost model (or HETCOMM_ALGO) chooses them; the plan is cached after the first call.
     auto plan = planFor(local);
-    if (!plan || !(*plan)->hostSlots) return;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!queue_.empty() || busy_ || !error_.ok()) return;
-      busy_ = true;
-      local.seq = collSeq_ = collSeq_ >= 0x7fffffffull ? 1 : collSeq_ + 1;  // as nextCollectiveSeq
-    }
+    if (!plan || !(*plan)->hostSlots || !claimIdle([&] { local.seq = stepCollectiveSeq(); })) return;
     log::ScopedRank scope(rank_, name());
-    const DescriptorBytes mine = descriptor(local);
-    slots_->startAllReduce(local.seq, mine, send, recv, args.count, args.dtype, args.op);
+    slots_->startAllReduce(local.seq, descriptor(local), send, recv, args.count, args.dtype, args.op);
     auto verify = [&](std::span<const std::byte> theirs, int from) { return checkDescriptor(local, theirs, from); };
     Result<bool> done = false;
-    for (unsigned i = 0; i < polls; ++i) {
+    for (unsigned i = 0; i < polls && done && !*done; ++i) {
       bool moved = false;
-      if (Status st = progressTransports(); !st.ok()) {
-        done = st;
-        break;
-      }
-      done = slots_->advance(connPtrs_, verify, &moved);
-      if (!done || *done) break;
+      const Status st = progressTransports();
+      done = st.ok() ? slots_->advance(connPtrs_, verify, &moved) : Result<bool>(st);
     }
     if (done && *done) {
       setBusy(false);
@@ -483,15 +484,7 @@ Communicator::Here Communicator::allReduceHere(const coll::Args& args, const voi
     rest->comm = this;
     rest->seq = local.seq;
     rest->predictedUs = local.predictedUs;
-    current_ = rest;
-    runner_ = Runner::kSlots;
-    markRunning(*rest);
-    if (!done)
-      fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, rest->args.describe().c_str(),
-                                              (unsigned long long)rest->seq,
-                                              std::string(done.error().message()).c_str())));
-    *op = std::move(rest);
-    here = Here::kHandedOver;
+    here = handOver(std::move(rest), Runner::kSlots, done.status(), op);
   });
   return here;
 }
@@ -646,8 +639,7 @@ bool Communicator::progressOnce() {
     for (auto& t : transports_) t->flush();
   const Op& op = *current_;
   if (!done) {
-    fail(Status(done.error().code(), format("rank %d: %s #%llu failed: %s", rank_, op.args.describe().c_str(),
-                                            (unsigned long long)op.seq, std::string(done.error().message()).c_str())));
+    fail(opFailed(op, done.error()));
     return true;
   }
   if (*done) {

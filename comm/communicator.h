@@ -181,6 +181,18 @@ class Communicator {
                     Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
+  // What runs the current operation: exec_ (a schedule), slots_, or one_ (a lone send or receive, which needs
+  // neither a schedule nor an executor: its latency is every small message's).
+  enum class Runner : uint8_t { kSchedule, kSlots, kOne };
+  // sendRecvHere / allReduceHere: with the pass lock held, claims the idle communicator (nothing current, queued or
+  // failed) for the calling thread, running take() under mu_ (it takes the call's sequence number).
+  template <class Take>
+  bool claimIdle(Take&& take);
+  // ... and makes a call that needs longer (or failed with failure) the current operation, to be waited for.
+  Here handOver(std::shared_ptr<Op> rest, Runner runner, const Status& failure, std::shared_ptr<Op>* op);
+  // The error an operation that failed while running fails the communicator with.
+  Status opFailed(const Op& op, const Status& why) const;
+  uint64_t stepCollectiveSeq();  // under mu_
   Status startOp(const std::shared_ptr<Op>& op);
   bool startOne(const Op& op, Status* st);  // a lone send or receive: issued at once
   void markRunning(Op& op);
@@ -237,9 +249,7 @@ class Communicator {
   std::shared_ptr<Op> current_;
   std::unique_ptr<coll::Executor> exec_;  // kept from one operation to the next (Executor::reset)
   std::unique_ptr<HostSlots> slots_;      // when every rank is on this host over shm (shareHostSlots)
-  // What runs the current operation: exec_ (a schedule), slots_, or one_ (a lone send or receive, which needs
-  // neither a schedule nor an executor: its latency is every small message's).
-  enum class Runner : uint8_t { kSchedule, kSlots, kOne } runner_ = Runner::kSchedule;
+  Runner runner_ = Runner::kSchedule;  // what runs current_ (see Runner)
   transport::Request one_;
   std::vector<std::byte*> bufs_;          // startOp's: the buffers of the operation it starts
   Deadline currentDeadline_ = Deadline::never();
