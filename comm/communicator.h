@@ -165,7 +165,7 @@ class Communicator {
   Result<std::vector<int>> agreeOnSurvivors(const std::string& prefix, const std::vector<int>& exclude,
                                             Deadline deadline);
   Result<std::vector<int>> decideSurvivors(const std::string& prefix, std::vector<char> excluded, Deadline deadline);
-  Status joinEngine();
+  Status joinEngine(const InitState& s);
   void logInit(const InitState& s) const;
   void logAlgorithmTable() const;
   void logTransportChoices() const;

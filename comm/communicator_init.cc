@@ -7,7 +7,8 @@
 //   4. routeTcpPaths    tcp's paths to each peer: the fabric chosen first, then the others the hosts share
 //   5. connectPeers     every transport connects the peers it serves
 //   6. probeLinks       each class of link measured (or taken from the cache) into the link matrix
-//   7. joinEngine       the cost model's view of the group, then the progress engine starts serving it
+//   7. joinEngine       the cost model's view of the group, how many ranks share this rank's CPUs, then the
+//                       progress engine starts serving it
 //
 // and initModel, the same view for a cluster described in a file, with no processes behind it.
 #include <unistd.h>
@@ -19,6 +20,7 @@
 
 #include "comm/comm_params.h"
 #include "comm/communicator.h"
+#include "comm/cpu_sharing.h"
 #include "comm/engine.h"
 #include "comm/link_probe.h"
 #include "comm/transport_select.h"
@@ -46,6 +48,8 @@ namespace {
 struct PeerInfo {
   std::string hostName, forced;
   int pid = 0;
+  std::string cpus;             // the CPUs its process may run on: "0,1,5"
+
   std::vector<std::byte> node;  // the serialized topo::NodeDescription
   Offer offer;
   std::array<std::vector<std::byte>, kKinds> blobs;
@@ -78,7 +82,8 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
   for (std::string_view field :
        {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
         std::string_view(pid), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
-        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy)})
+        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy),
+        std::string_view(p.cpus)})
     putString(out, field);
   for (const auto& b : p.blobs) putString(out, asText(b));
   return out;
@@ -90,7 +95,7 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   std::string pid, node, ucx, ports;
   bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.forced) &&
             getString(in, &pid) && getString(in, &node) && getString(in, &ucx) && getString(in, &p.offer.ucxWhy) &&
-            getString(in, &ports) && getString(in, &p.offer.verbsWhy);
+            getString(in, &ports) && getString(in, &p.offer.verbsWhy) && getString(in, &p.cpus);
   std::array<std::string, kKinds> blobs;
   for (auto& b : blobs) ok = ok && getString(in, &b);
   if (!ok) return remoteError("rank %d published a malformed peer record", rank);
@@ -206,7 +211,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));
   if (probeEnabled() && nranks_ > 1) HC_TRY(probeLinks(s.offers, s.forcedKinds, deadline));
-  HC_TRY(joinEngine());
+  HC_TRY(joinEngine(s));
   logInit(s);
   return okStatus();
 }
@@ -228,6 +233,7 @@ Status Communicator::listenAll(InitState& s) {
   s.me.hostName = topo::hostName();
   s.me.forced = s.forced;
   s.me.pid = node.pid;
+  s.me.cpus = affinityList();
   s.me.node = topo::serializeNode(node);
   HC_ASSIGN_OR_RETURN(s.started, startTransports(tc, s.forcedKinds, node, s.me));
   return okStatus();
@@ -347,7 +353,7 @@ bool Communicator::shareHostSlots(const InitState& s) const {
 }
 
 // The cost model's view of the whole group, then the engine starts serving the communicator: it is ready.
-Status Communicator::joinEngine() {
+Status Communicator::joinEngine(const InitState& s) {
   std::vector<int> sameHosts(cluster_->nhosts());
   std::iota(sameHosts.begin(), sameHosts.end(), 0);
   group_ = groupView(rank_, *cluster_, *links_, sameHosts);
@@ -358,9 +364,14 @@ Status Communicator::joinEngine() {
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
-  int localRanks = 0;
-  for (int p = 0; p < nranks_; ++p) localRanks += cluster_->hostOf(p) == cluster_->hostOf(rank_);
-  Engine::get().noteRanksOnThisHost(localRanks);
+  std::vector<std::string> cpus(nranks_);
+  std::vector<bool> sameHost(nranks_);
+  for (int p = 0; p < nranks_; ++p) {
+    cpus[p] = s.peers[p].cpus;
+    sameHost[p] = cluster_->hostOf(p) == cluster_->hostOf(rank_);
+  }
+  const CpuSharing sharing = cpuSharing(cpus, sameHost, rank_);
+  Engine::get().noteCpuSharing(sharing.ranks, sharing.cpus);
   HC_TRY(Engine::get().attach(this, waitFds_));
   attached_ = true;
   setState(kReady);

@@ -98,13 +98,8 @@ void Engine::wake() {
   }
 }
 
-void Engine::noteRanksOnThisHost(int ranks) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0
-                        ? CPU_COUNT(&set)
-                        : static_cast<int>(std::thread::hardware_concurrency());
-  if (ranks > std::max(1, cores)) yieldAfter_.store(4, std::memory_order_relaxed);
+void Engine::noteCpuSharing(int ranks, int cpus) {
+  if (ranks > std::max(1, cpus)) yieldAfter_.store(4, std::memory_order_relaxed);
 }
 
 void Engine::notifyFinished() {

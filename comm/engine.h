@@ -39,10 +39,10 @@ class Engine {
   Status attach(Communicator* comm, const std::vector<int>& fds);
   // Blocks until no pass will touch comm again.
   void detach(Communicator* comm, const std::vector<int>& fds);
-  // A communicator has this many ranks on this host: when they outnumber the cores this process may run on, a
-  // waiting caller yields the core after a few idle passes instead of a few hundred (the peer it waits for may
-  // need that core to answer).
-  void noteRanksOnThisHost(int ranks);
+  // A communicator has this many ranks that may run on this rank's CPUs, on this many CPUs in all: when the ranks
+  // outnumber the CPUs, a waiting caller yields after a few idle passes instead of a few hundred (the peer it waits
+  // for may need this CPU to answer). Ranks bound to cores of their own poll without yielding.
+  void noteCpuSharing(int ranks, int cpus);
   // Work was queued or a communicator failed: the engine thread runs a pass soon, unless a caller drives.
   void wake();
 

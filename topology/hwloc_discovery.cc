@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -151,6 +152,43 @@ Status discoverHardware(const std::string& hwlocXml, NodeDescription& node) {
   HC_TRACE(Topo, "hwloc: %zu packages, %zu NUMA nodes, %d cores, %d PUs, %zu PCI devices of interest, %zu GPUs",
            node.packages.size(), node.numaNodes.size(), node.cores, node.pus, node.pciDevices.size(), node.gpus.size());
   return okStatus();
+}
+
+Result<std::vector<std::vector<int>>> allowedCores(const std::string& hwlocXml) {
+  TopologyOwner owner;
+  if (hwloc_topology_init(owner.out()) != 0) return errnoStatus(errno, "hwloc_topology_init");
+  hwloc_topology_t topo = owner.get();
+  hwloc_topology_set_flags(
+      topo, HWLOC_TOPOLOGY_FLAG_NO_DISTANCES | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS | HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
+  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
+  if (!hwlocXml.empty() && hwloc_topology_set_xml(topo, hwlocXml.c_str()) != 0)
+    return errnoStatus(errno, "hwloc: cannot use XML topology %s", hwlocXml.c_str());
+  if (hwloc_topology_load(topo) != 0)
+    return errnoStatus(errno, "hwloc: cannot load the topology%s%s", hwlocXml.empty() ? "" : " from ",
+                       hwlocXml.c_str());
+  // hwloc leaves out what the cgroup forbids; the affinity mask (taskset, a launcher's binding) it does not.
+  using Bitmap = std::unique_ptr<hwloc_bitmap_s, void (*)(hwloc_bitmap_t)>;
+  Bitmap allowed(hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo)), hwloc_bitmap_free);
+  if (hwlocXml.empty()) {
+    Bitmap bound(hwloc_bitmap_alloc(), hwloc_bitmap_free);
+    if (hwloc_get_cpubind(topo, bound.get(), HWLOC_CPUBIND_PROCESS) == 0)
+      hwloc_bitmap_and(allowed.get(), allowed.get(), bound.get());
+  }
+  std::vector<std::vector<int>> cores;
+  const int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+  for (int i = 0; i < n; ++i) {
+    hwloc_obj_t core = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, i);
+    std::vector<int> threads;
+    unsigned cpu;
+    hwloc_bitmap_foreach_begin(cpu, core->cpuset) {
+      if (hwloc_bitmap_isset(allowed.get(), cpu)) threads.push_back(static_cast<int>(cpu));
+    }
+    hwloc_bitmap_foreach_end();
+    if (!threads.empty()) cores.push_back(std::move(threads));
+  }
+  if (cores.empty()) return systemError("hwloc: no core this process may run on%s%s", hwlocXml.empty() ? "" : " in ",
+                                     hwlocXml.c_str());
+  return cores;
 }
 
 }  // namespace hetcomm::topo

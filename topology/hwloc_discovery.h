@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "topology/node.h"
@@ -14,5 +15,11 @@ namespace hetcomm::topo {
 // hwloc XML export (lstopo --of xml), which is how tests describe a machine with GPUs. Fails only when hwloc
 // cannot build a topology.
 Status discoverHardware(const std::string& hwlocXml, NodeDescription& node);
+
+// The cores this process may run on (its affinity mask), each as the OS numbers of its hardware threads, in
+// hwloc's order (cores of a package, packages in turn): what a launcher binds ranks to (hetcomm-run --bind-to
+// core). hwlocXml as above; a core none of whose threads is allowed is left out. Fails when hwloc cannot build a
+// topology or no allowed core is found.
+Result<std::vector<std::vector<int>>> allowedCores(const std::string& hwlocXml);
 
 }  // namespace hetcomm::topo

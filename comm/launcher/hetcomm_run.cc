@@ -1,6 +1,6 @@
 // hetcomm-run: starts N ranks of a program on this host, like torchrun or mpirun.
 //
-//   hetcomm-run -np 4 [-x NAME[=VALUE]]... [--no-prefix] [--grace SEC] [--] program [args...]
+//   hetcomm-run -np 4 [-x NAME[=VALUE]]... [--no-prefix] [--grace SEC] [--bind-to none|core] [--] program [args...]
 //   hetcomm-run --cluster clusters/mixed-4x2.json [--ranks-per-host K] [...] program [args...]
 //
 // With --cluster, the ranks run on an emulated cluster (scripts/emulate-cluster.sh up): hosts take their ranks in
@@ -32,6 +32,7 @@
 #include "comm/launcher/process_group.h"
 #include "common/crypto.h"
 #include "common/strings.h"
+#include "topology/hwloc_discovery.h"
 
 extern char** environ;
 
@@ -70,6 +71,8 @@ struct LaunchOptions {
   bool noPrefix = false;
   double graceSec = 3;
   bool elastic = false;
+  std::string bindTo = "none";       // --bind-to: none or core
+  bool reportBindings = false;
   std::vector<std::string> program;  // the program and its arguments
 };
 
@@ -123,6 +126,12 @@ int parseCommandLine(int argc, char** argv, LaunchOptions& opts) {
   app.add_flag("--elastic", opts.elastic,
                "A rank that fails does not stop the others (they go on with hetcommCommShrink, as hetcomm-train "
                "--elastic does); exit 0 when any rank exits 0");
+  app.add_option("--bind-to", opts.bindTo,
+                 "none: ranks run wherever the kernel puts them (torchrun's way); core: rank i runs on core i of the "
+                 "cores this launcher may use, round robin when ranks outnumber cores (mpirun's --bind-to core)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "core"}));
+  app.add_flag("--report-bindings", opts.reportBindings, "Say which CPUs each rank is bound to");
   app.footer(
       "Each rank gets HETCOMM_RANK, HETCOMM_WORLD_SIZE, HETCOMM_LOCAL_RANK, HETCOMM_LOCAL_WORLD_SIZE,\n"
       "HETCOMM_MASTER_ADDR, HETCOMM_MASTER_PORT, HETCOMM_SECRET and HETCOMM_STORE=external, and torchrun's\n"
@@ -295,6 +304,30 @@ Result<uint16_t> freePort() {
   return ntohs(a.sin_port);
 }
 
+// --bind-to core: rank i on the i-th core (all its hardware threads) this launcher may run on, round robin. Ranks
+// that outnumber the cores then share them evenly and stay put: left to itself the scheduler often gathers
+// oversubscribed ranks that wake each other on one core (measured: 4 ranks on 2 cores, issue 18).
+bool coreBindings(int nranks, bool report, std::vector<cpu_set_t>& sets) {
+  auto cores = topo::allowedCores("");
+  if (!cores) {
+    std::fprintf(stderr, "hetcomm-run: --bind-to core: %s\n", std::string(cores.error().message()).c_str());
+    return false;
+  }
+  for (int rank = 0; rank < nranks; ++rank) {
+    const size_t core = static_cast<size_t>(rank) % cores->size();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    std::string list;
+    for (int cpu : (*cores)[core]) {
+      CPU_SET(cpu, &set);
+      list += (list.empty() ? "" : ",") + std::to_string(cpu);
+    }
+    sets.push_back(set);
+    if (report) std::fprintf(stderr, "hetcomm-run: rank %d bound to core %zu (CPUs %s)\n", rank, core, list.c_str());
+  }
+  return true;
+}
+
 // fds 0-2 closed by whoever started us would be reused by the first pipes, and a rank's output would land in them.
 void ensureStandardFds() {
   for (int fd = 0; fd <= 2; ++fd) {
@@ -395,6 +428,7 @@ int launch(int argc, char** argv) {
     return 1;
   }
   const TorchRendezvous torch{torchMaster, *torchPort};
+  if (opts.bindTo == "core" && !coreBindings(opts.nranks, opts.reportBindings, spec.cpuSets)) return 1;
   for (int rank = 0; rank < opts.nranks; ++rank) {
     spec.envs.push_back(
         rankEnvironment(shared, rank, opts.nranks, placement[rank], (*store)->port(), secretHex, torch));

@@ -103,7 +103,7 @@ struct Rank {
 // Runs between fork and exec, so only async-signal-safe calls: the store's thread may have held a lock (malloc's,
 // stdio's) at the moment of fork, and it never releases it in the child.
 [[noreturn]] void execRank(const char* path, char* const* argv, char* const* envp, int stdinFd, int outFd, int errFd,
-                           int execErrFd, pid_t launcher, int netnsFd) {
+                           int execErrFd, pid_t launcher, int netnsFd, const cpu_set_t* cpus) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   // The launcher may have died between fork and prctl; then nothing would ever kill this rank.
@@ -124,6 +124,13 @@ struct Rank {
       (void)ignored;
       _exit(127);
     }
+  }
+  // Its CPUs (hetcomm-run --bind-to), before exec so that every thread the program starts inherits them.
+  if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
+    int err = errno;
+    ssize_t ignored = write(execErrFd, &err, sizeof(err));
+    (void)ignored;
+    _exit(127);
   }
   if (dup2(stdinFd, STDIN_FILENO) >= 0 && dup2(outFd, STDOUT_FILENO) >= 0 && dup2(errFd, STDERR_FILENO) >= 0) {
     sigaction(SIGPIPE, &gOriginalSigpipe, nullptr);
@@ -296,7 +303,8 @@ int Job::spawn(Rank& rank) {
   pid_t pid = fork();
   if (pid == 0) {
     execRank(spec_.path.c_str(), argv_.data(), envp_[rank.index].data(), stdinFd, outPipe[1], errPipe[1], execPipe[1],
-             launcher, spec_.netnsFds.empty() ? -1 : spec_.netnsFds[rank.index]);
+             launcher, spec_.netnsFds.empty() ? -1 : spec_.netnsFds[rank.index],
+             spec_.cpuSets.empty() ? nullptr : &spec_.cpuSets[rank.index]);
   }
   int forkErr = errno;
   close(outPipe[1]);

@@ -7,6 +7,8 @@
 // is ending. Option parsing, the environment and the rendezvous store are hetcomm_run.cc's business, not this file's.
 #pragma once
 
+#include <sched.h>
+
 #include <string>
 #include <vector>
 
@@ -21,6 +23,7 @@ struct JobSpec {
   double graceSec = 3;                         // between SIGTERM (or the forwarded signal) and SIGKILL
   bool elastic = false;                        // a rank that fails does not stop the others
   std::vector<int> netnsFds;                   // empty, or per rank a network namespace to enter before exec
+  std::vector<cpu_set_t> cpuSets;              // empty, or per rank the CPUs it may run on (--bind-to)
 };
 
 // Blocks the signals runJob() receives through its signalfd and ignores SIGPIPE (a closed stdout must not kill

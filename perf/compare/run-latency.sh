@@ -16,11 +16,17 @@
 #              and ping-pong, against ucx_perftest -t ucp_am_lat (UCP active messages, the same UCX_TLS), which
 #              prints half the round trip too.
 #
+# --bind core binds every rank to a core, round robin, on both sides (hetcomm-run --bind-to core; mpirun --bind-to
+# core:overload-allowed --map-by core; Gloo's rank k on CPU k through taskset; ucx_perftest's two processes unbound);
+# the default, none, leaves placement to the
+# kernel on both sides, as the issue's table was measured.
+#
 # Each round runs every configuration once, in an order shuffled per round; the tables give the median over
 # rounds and the ratio hetcomm / peer (criteria, issue 18: <= 2 against vader, <= 1.2 against the tcp BTL).
 #
 # Usage: perf/compare/run-latency.sh [--rounds 3] [--nranks 2,4,8] [--min 8] [--max 64K] [--iters 1000]
-#                                    [--pingpong-iters 10000] [--ucx] [--json FILE] [--timeout 300]
+#                                    [--pingpong-iters 10000] [--ucx] [--bind none|core] [--json FILE]
+#                                    [--timeout 300]
 set -euo pipefail
 
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,7 +36,7 @@ BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 PROG=run-latency
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-ROUNDS=3 NRANKS=2,4,8 MIN=8 MAX=64K ITERS=1000 PP_ITERS=10000 UCX=0 JSON_OUT="" TIMEOUT_S=300
+ROUNDS=3 NRANKS=2,4,8 MIN=8 MAX=64K ITERS=1000 PP_ITERS=10000 UCX=0 JSON_OUT="" TIMEOUT_S=300 BIND=none
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=${2:?}; shift 2 ;;
@@ -40,6 +46,7 @@ while [[ $# -gt 0 ]]; do
     --iters) ITERS=${2:?}; shift 2 ;;
     --pingpong-iters) PP_ITERS=${2:?}; shift 2 ;;
     --ucx) UCX=1; shift ;;
+    --bind) BIND=${2:?}; shift 2 ;;
     --json) JSON_OUT=${2:?}; shift 2 ;;
     --timeout) TIMEOUT_S=${2:?}; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -49,6 +56,7 @@ done
 for v in ROUNDS ITERS PP_ITERS TIMEOUT_S; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "${v,,}: must be a positive integer"
 done
+[[ $BIND == none || $BIND == core ]] || die "--bind: none or core, not $BIND"
 [[ $NRANKS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--nranks: a comma-separated list of rank counts, not $NRANKS"
 for b in hetcomm-run all_reduce_perf p2p_latency; do [[ -x $BUILD/bin/$b ]] || die "missing $BUILD/bin/$b (build first)"; done
 ensure_packages openmpi-bin libopenmpi-dev libgloo-dev
@@ -72,11 +80,11 @@ mkdir -p "$LOG_DIR"
 echo "run-latency: $ROUNDS rounds; logs in $LOG_DIR" >&2
 
 exec python3 - "$REPO_ROOT" "$BUILD" "$CMP_DIR" "$LOG_DIR" "$ROUNDS" "$NRANKS" "$MIN" "$MAX" "$ITERS" "$PP_ITERS" \
-  "$UCX" "$JSON_OUT" "$TIMEOUT_S" <<'PY'
+  "$UCX" "$JSON_OUT" "$TIMEOUT_S" "$BIND" <<'PY'
 import json, os, random, re, shutil, statistics as st, subprocess, sys, tempfile, time
 
 (repo, build, cmp_dir, logs, rounds, nranks, lo, hi, iters, pp_iters, ucx, json_out,
- timeout) = sys.argv[1:14]
+ timeout, bind) = sys.argv[1:15]
 rounds, iters, pp_iters, timeout, ucx = int(rounds), int(iters), int(pp_iters), int(timeout), ucx == "1"
 nranks = [int(n) for n in nranks.split(",")]
 
@@ -89,7 +97,8 @@ def size_of(text):
 
 
 lo, hi = size_of(lo), size_of(hi)
-cores = len(os.sched_getaffinity(0))
+cpus = sorted(os.sched_getaffinity(0))
+cores = len(cpus)
 
 
 def iters_for(n):
@@ -104,8 +113,9 @@ while s <= hi:
     sizes.append(s)
     s *= 2
 size_list = ",".join(str(s) for s in sizes)
-RUN = f"{build}/bin/hetcomm-run"
-MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "pml", "ob1"]
+RUN = [f"{build}/bin/hetcomm-run", "--bind-to", bind]
+MPI = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "pml", "ob1"] + (
+    ["--bind-to", "core:overload-allowed", "--map-by", "core"] if bind == "core" else ["--bind-to", "none"])
 BTL = {"shm": ["--mca", "btl", "vader,self"], "tcp": ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", "lo"]}
 
 
@@ -151,7 +161,8 @@ def gloo(name, n):
         for k in range(n):
             out = f"{logs}/{name}.rank{k}.log"
             outs.append(out)
-            procs.append(subprocess.Popen([f"{cmp_dir}/gloo_allreduce", "--rank", str(k), "--size", str(n), "--store",
+            pin = ["taskset", "-c", str(cpus[k % len(cpus)])] if bind == "core" else []
+            procs.append(subprocess.Popen(pin + [f"{cmp_dir}/gloo_allreduce", "--rank", str(k), "--size", str(n), "--store",
                                            store, "--host", "127.0.0.1", "--algo", "ring", "--sizes", size_list,
                                            "--iters", iters_for(n), "--warmup", "20"],
                                           stdout=open(out, "w"), stderr=subprocess.STDOUT))
@@ -193,7 +204,7 @@ configs = {}
 for n in nranks:
     for t in ("shm", "tcp"):
         configs[("allreduce", n, t, "hetcomm")] = lambda r, n=n, t=t: rows(run(
-            f"allreduce.np{n}.{t}.hetcomm.r{r}", [RUN, "-np", str(n), "-x", f"HETCOMM_TRANSPORT={t}",
+            f"allreduce.np{n}.{t}.hetcomm.r{r}", RUN + ["-np", str(n), "-x", f"HETCOMM_TRANSPORT={t}",
                                                    f"{build}/bin/all_reduce_perf", "-b", str(lo), "-e", str(hi), "-f",
                                                    "2", "-n", iters_for(n), "-w", "50", "-c", "0", "-z", "1"]), 5)
         configs[("allreduce", n, t, "vader" if t == "shm" else "mpitcp")] = lambda r, n=n, t=t: rows(run(
@@ -202,7 +213,7 @@ for n in nranks:
     configs[("allreduce", n, "tcp", "gloo")] = lambda r, n=n: rows(gloo(f"allreduce.np{n}.tcp.gloo.r{r}", n), 5)
 for t in ("shm", "tcp"):
     configs[("pingpong", 2, t, "hetcomm")] = lambda r, t=t: rows(run(
-        f"pingpong.{t}.hetcomm.r{r}", [RUN, "-np", "2", "-x", f"HETCOMM_TRANSPORT={t}", f"{build}/bin/p2p_latency",
+        f"pingpong.{t}.hetcomm.r{r}", RUN + ["-np", "2", "-x", f"HETCOMM_TRANSPORT={t}", f"{build}/bin/p2p_latency",
                                        "-b", str(lo), "-e", str(hi), "-n", str(pp_iters), "-w", "500"]), 2)
     configs[("pingpong", 2, t, "vader" if t == "shm" else "mpitcp")] = lambda r, t=t: rows(run(
         f"pingpong.{t}.mpi.r{r}", MPI + ["-np", "2"] + BTL[t] + [
@@ -211,11 +222,11 @@ if ucx:
     for tls in ("sm", "tcp"):
         env = ["-x", "HETCOMM_TRANSPORT=ucx", "-x", f"UCX_TLS={tls}" + (",self" if tls == "sm" else "")]
         configs[("allreduce", 2, f"ucx-{tls}", "hetcomm")] = lambda r, tls=tls, env=env: rows(run(
-            f"allreduce.np2.ucx-{tls}.hetcomm.r{r}", [RUN, "-np", "2"] + env + [
+            f"allreduce.np2.ucx-{tls}.hetcomm.r{r}", RUN + ["-np", "2"] + env + [
                 f"{build}/bin/all_reduce_perf", "-b", str(lo), "-e", str(hi), "-f", "2", "-n", str(iters), "-w", "50",
                 "-c", "0", "-z", "1"]), 5)
         configs[("pingpong", 2, f"ucx-{tls}", "hetcomm")] = lambda r, tls=tls, env=env: rows(run(
-            f"pingpong.ucx-{tls}.hetcomm.r{r}", [RUN, "-np", "2"] + env + [
+            f"pingpong.ucx-{tls}.hetcomm.r{r}", RUN + ["-np", "2"] + env + [
                 f"{build}/bin/p2p_latency", "-b", str(lo), "-e", str(hi), "-n", str(pp_iters), "-w", "500"]), 2)
         configs[("pingpong", 2, f"ucx-{tls}", "ucp_am_lat")] = lambda r, tls=tls: {
             s: ucx_perftest(f"pingpong.ucx-{tls}.ucp_am_lat.{s}.r{r}", tls, s) for s in (sizes[0], 4096) if s <= hi}

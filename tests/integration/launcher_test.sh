@@ -11,6 +11,7 @@
 set -u
 
 RUN=${1:?usage: launcher_test.sh path/to/hetcomm-run}
+PREFIX=()  # a command the launcher runs under (taskset)
 TMP=$(mktemp -d)
 # Only this shell cleans up: a background subshell (the watchdogs below) killed before it has set its own traps
 # still runs this one, and took TMP away under the rest of the test (seen in CI, under load).
@@ -35,7 +36,7 @@ now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 launch() {
   local start
   start=$(now_ms)
-  timeout -k 5 20 "$RUN" "$@" >"$TMP/out" 2>"$TMP/err"
+  timeout -k 5 20 "${PREFIX[@]}" "$RUN" "$@" >"$TMP/out" 2>"$TMP/err"
   rc=$?
   ms=$(($(now_ms) - start))
 }
@@ -256,6 +257,7 @@ bad_cmdline -np two true
 bad_cmdline -np 2
 bad_cmdline true
 bad_cmdline -np 2 -x =oops true
+bad_cmdline -np 2 --bind-to socket true
 # ... while the program's own options, even ones the launcher has, stay the program's
 launch -n 2 -- sh -c 'echo "$@"' sh -np 9 --help --bogus
 if [ $rc -eq 0 ] && [ "$(sort "$TMP/out")" = $'[0] -np 9 --help --bogus\n[1] -np 9 --help --bogus' ]; then
@@ -310,6 +312,43 @@ if [ $rc -eq 2 ] && grep -q HETCOMM_RANK "$TMP/err"; then
   pass "i: -x cannot override the rank"
 else
   fail "i: -x cannot override the rank" "exit code $rc"
+fi
+
+# (j) --bind-to core: rank i on the i-th core this launcher may use, round robin; none (the default) leaves the
+# launcher's own mask. The launcher is confined to its last CPU and then to all of them, so the expected lists are
+# known whatever the machine (hwloc counts hardware threads of one core as one core).
+cpus_of() { sort -t ']' -k1.2n "$TMP/out" | sed -n 's/.*Cpus_allowed_list:[[:space:]]*//p' | tr '\n' ' '; }
+last_cpu=$(sed -n 's/.*Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' '\n' | tail -n 1 | sed 's/.*-//')
+PREFIX=(taskset -c "$last_cpu")
+launch -np 3 --bind-to core sh -c 'grep Cpus_allowed_list /proc/self/status'
+if [ $rc -eq 0 ] && [ "$(cpus_of)" = "$last_cpu $last_cpu $last_cpu " ]; then
+  pass "j: --bind-to core within the launcher's CPUs"
+else
+  fail "j: --bind-to core within the launcher's CPUs" "exit code $rc, got: $(cpus_of) (launcher on $last_cpu)"
+fi
+PREFIX=()
+launch -np 1 sh -c 'grep Cpus_allowed_list /proc/self/status'
+default_cpus=$(cpus_of)
+# The cores among the CPUs this test may use (lscpu: CPU,CORE pairs; the mask: "0-3,8").
+allowed=" $(sed -n 's/.*Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' '\n' |
+  awk -F- '{ for (c = $1; c <= ($2 == "" ? $1 : $2); c++) printf "%d ", c }')"
+ncores=$(lscpu -p=CPU,CORE | grep -v '^#' | while IFS=, read -r cpu core; do
+  [[ $allowed == *" $cpu "* ]] && echo "$core"
+done | sort -u | wc -l)
+launch -np $((ncores + 1)) --bind-to core --report-bindings sh -c 'grep Cpus_allowed_list /proc/self/status'
+read -r -a bound <<<"$(cpus_of)"
+distinct=$(printf '%s\n' "${bound[@]:0:$ncores}" | sort -u | wc -l)
+if [ $rc -eq 0 ] && [ "${#bound[@]}" -eq $((ncores + 1)) ] && [ "$distinct" -eq "$ncores" ] &&
+  [ "${bound[$ncores]}" = "${bound[0]}" ] && [ "$(grep -c 'bound to core' "$TMP/err")" -eq $((ncores + 1)) ]; then
+  pass "j: --bind-to core spreads ranks over cores, round robin"
+else
+  fail "j: --bind-to core spreads ranks over cores, round robin" "exit code $rc, $ncores cores, got: ${bound[*]}"
+fi
+launch -np 2 sh -c 'grep Cpus_allowed_list /proc/self/status'
+if [ $rc -eq 0 ] && [ "$(cpus_of)" = "$default_cpus$default_cpus" ]; then
+  pass "j: no binding by default"
+else
+  fail "j: no binding by default" "exit code $rc, got: $(cpus_of)"
 fi
 
 # All ranks exiting 0 is success, even with more ranks than cores

@@ -4,6 +4,7 @@
 #include "topology/hwloc_discovery.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <filesystem>
 
@@ -94,6 +95,34 @@ TEST(HwlocDiscovery, MissingXmlIsAnError) {
   Status st = discoverHardware("/nonexistent/topology.xml", node);
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find("/nonexistent/topology.xml"), std::string_view::npos) << st.toString();
+}
+
+// What hetcomm-run --bind-to core binds to: every core with its hardware threads, in order; on this machine only
+// CPUs this process may run on.
+TEST_F(GpuNodeXml, AllowedCoresListEachCoreWithItsThreads) {
+  auto cores = allowedCores(kGpuNodeXml);
+  ASSERT_TRUE(cores.has_value()) << cores.error().toString();
+  EXPECT_EQ(*cores, (std::vector<std::vector<int>>{{0}, {1}, {2}, {3}}));
+}
+
+TEST(HwlocDiscovery, AllowedCoresOnThisMachineAreInTheAffinityMask) {
+  cpu_set_t mask;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);
+  auto cores = allowedCores("");
+  ASSERT_TRUE(cores.has_value()) << cores.error().toString();
+  ASSERT_FALSE(cores->empty());
+  int cpus = 0;
+  for (const auto& core : *cores) {
+    EXPECT_FALSE(core.empty());
+    for (int cpu : core) {
+      EXPECT_TRUE(CPU_ISSET(cpu, &mask)) << "CPU " << cpu;
+      ++cpus;
+    }
+  }
+  EXPECT_EQ(cpus, CPU_COUNT(&mask));
+  auto missing = allowedCores("/nonexistent/topology.xml");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message().find("/nonexistent/topology.xml"), std::string_view::npos);
 }
 
 // NIC NUMA placement: sysfs says -1, hwloc knows the HCA hangs off package 1.

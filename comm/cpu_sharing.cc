@@ -1,0 +1,47 @@
+#include "comm/cpu_sharing.h"
+
+#include <cstdlib>
+
+#include "common/strings.h"
+
+namespace hetcomm::comm {
+
+std::string affinityList() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);
+  return out;
+}
+
+cpu_set_t parseCpuList(const std::string& text) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const auto& item : split(text, ',')) {
+    char* end = nullptr;
+    const long c = std::strtol(item.c_str(), &end, 10);
+    if (!item.empty() && *end == '\0' && c >= 0 && c < CPU_SETSIZE) CPU_SET(static_cast<int>(c), &set);
+  }
+  return set;
+}
+
+CpuSharing cpuSharing(const std::vector<std::string>& cpusByRank, const std::vector<bool>& sameHost, int me) {
+  const cpu_set_t mine = parseCpuList(cpusByRank[me]);
+  if (CPU_COUNT(&mine) == 0) return {};
+  CpuSharing out{0, 0};
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (size_t p = 0; p < cpusByRank.size(); ++p) {
+    if (!sameHost[p]) continue;
+    cpu_set_t theirs = parseCpuList(cpusByRank[p]), common;
+    CPU_AND(&common, &theirs, &mine);
+    if (CPU_COUNT(&common) == 0) continue;
+    ++out.ranks;
+    CPU_OR(&all, &all, &theirs);
+  }
+  out.cpus = CPU_COUNT(&all);
+  return out;
+}
+
+}  // namespace hetcomm::comm
