@@ -49,7 +49,6 @@ struct PeerInfo {
   std::string hostName, forced;
   int pid = 0;
   std::string cpus;             // the CPUs its process may run on: "0,1,5"
-
   std::vector<std::byte> node;  // the serialized topo::NodeDescription
   Offer offer;
   std::array<std::vector<std::byte>, kKinds> blobs;
@@ -79,11 +78,10 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
   // Named, not temporaries: a temporary in a range-for's initializer is gone before the loop body runs (C++20).
   const std::string ports = join(p.offer.verbsPorts, ","), pid = std::to_string(p.pid);
-  for (std::string_view field :
-       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
-        std::string_view(pid), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
-        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy),
-        std::string_view(p.cpus)})
+  for (std::string_view field : {std::string_view(p.offer.hostId), std::string_view(p.hostName),
+                                 std::string_view(p.forced), std::string_view(pid), asText(p.node),
+                                 std::string_view(p.offer.ucx ? "1" : "0"), std::string_view(p.offer.ucxWhy),
+                                 std::string_view(ports), std::string_view(p.offer.verbsWhy), std::string_view(p.cpus)})
     putString(out, field);
   for (const auto& b : p.blobs) putString(out, asText(b));
   return out;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -85,6 +86,21 @@ PartTimes measureAt(const trainer::ModelConfig& model, int B, int tp) {
   return t;
 }
 
+// How far a cached profile is from this machine now: the 1-block model at `size` sequences, TP 1, timed again
+// against the cached figure for the same (its block and the rest, forward and backward); a ratio >= 1 either way.
+double cacheDrift(const trainer::ModelConfig& model, int size, const std::map<std::pair<int, int>, PartTimes>& cached) {
+  const auto it = cached.find({size, 1});
+  if (it == cached.end()) return std::numeric_limits<double>::infinity();  // not the sizes it claims: measure again
+  const PartTimes& c = it->second;
+  const double then = c.blockForwardS + c.headForwardS + c.blockBackwardS + c.headBackwardS;
+  trainer::ModelConfig one = model;
+  one.nLayer = 1;
+  const auto [f, b] = timeModel(one, size, 1);
+  const double now = f + b;
+  if (!(then > 0) || !(now > 0)) return then == now ? 1.0 : std::numeric_limits<double>::infinity();
+  return std::max(now / then, then / now);
+}
+
 json toJson(const PartTimes& t) {
   return {{"block_forward_s", t.blockForwardS},
           {"block_backward_s", t.blockBackwardS},
@@ -143,7 +159,7 @@ std::string profileCacheDir() {
 
 Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const std::vector<int>& sizes,
                                       const std::vector<int>& tpDegrees, int threads, const std::string& cacheDir,
-                                      bool* cached) {
+                                      bool* cached, CacheCheck check) {
   if (cached) *cached = false;
   if (auto ok = trainer::validate(model, "profile"); !ok) return ok.error();
   if (sizes.empty()) return Error{.source = "profile", .field = "sizes", .detail = "no micro-batch size to measure"};
@@ -172,8 +188,9 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
   char name[64];
   std::snprintf(name, sizeof name, "profile-%016zx.json", std::hash<std::string>{}(key.dump()));
   const std::string path = cacheDir.empty() ? "" : cacheDir + "/" + name;
-  const std::string source =
+  std::string source =
       "measured on " + cpu + ", " + std::to_string(threads) + " BLAS thread" + (threads > 1 ? "s" : "");
+  trainer::Gpt::setThreads(threads);
   if (!path.empty()) {
     std::ifstream in(path);
     if (in) {
@@ -185,15 +202,21 @@ Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const s
             measured[{e.at("micro_batch").get<int>(), e.at("tp").get<int>()}] = {
                 e.at("block_forward_s").get<double>(), e.at("block_backward_s").get<double>(),
                 e.at("head_forward_s").get<double>(), e.at("head_backward_s").get<double>()};
-          if (cached) *cached = true;
-          return ComputeProfile::fromMeasured(std::move(measured), source + " (cached " + path + ")");
+          const double off =
+              check.recheck ? cacheDrift(model, *std::min_element(sizes.begin(), sizes.end()), measured) : 1.0;
+          if (off <= 1 + check.tolerance) {
+            if (cached) *cached = true;
+            return ComputeProfile::fromMeasured(std::move(measured), source + " (cached " + path + ")");
+          }
+          char why[128];
+          std::snprintf(why, sizeof why, " (the cache was %.2fx off a check now: measured again)", off);
+          source += why;
         }
       } catch (const json::exception&) {
         // A damaged or foreign cache file: measure again and overwrite it.
       }
     }
   }
-  trainer::Gpt::setThreads(threads);
   std::map<std::pair<int, int>, PartTimes> measured;
   json entries = json::array();
   for (int t : tps)

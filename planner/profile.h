@@ -49,14 +49,23 @@ class ComputeProfile {
   std::string source_;
 };
 
+// Whether a cached profile still holds: before it is used, the 1-block model at the smallest size (TP 1) is timed
+// again, and where that differs from the cached figure by more than `tolerance` either way (1.3x for 0.3), the
+// machine is not what it was when the cache was written (busier then, or now) and every part is measured again.
+// A cache written while a test suite loaded the machine otherwise misled every later plan.
+struct CacheCheck {
+  bool recheck = true;
+  double tolerance = 0.3;
+};
+
 // Measures the model's parts with the trainer's kernels at each micro-batch size and TP degree (1 is always
 // measured), with `threads` BLAS threads (the threads a rank will train with), or reads them from cacheDir ("" = no
-// cache) where an earlier run left them for the same model, sizes, degrees, threads and CPU. *cached says which. A
-// cache that cannot be written is not an error (the next run measures again). Errors: a size < 1, a degree that
-// does not divide the model's heads, channels and vocabulary, an invalid model.
+// cache) where an earlier run left them for the same model, sizes, degrees, threads and CPU and `check` finds them
+// still right. *cached says which. A cache that cannot be written is not an error (the next run measures again).
+// Errors: a size < 1, a degree that does not divide the model's heads, channels and vocabulary, an invalid model.
 trainer::Result<ComputeProfile> measureProfile(const trainer::ModelConfig& model, const std::vector<int>& sizes,
                                                const std::vector<int>& tps, int threads, const std::string& cacheDir,
-                                               bool* cached = nullptr);
+                                               bool* cached = nullptr, CacheCheck check = {});
 
 // The profile cache's directory: HETCOMM_PROFILE_CACHE, else $XDG_CACHE_HOME/hetcomm, else ~/.cache/hetcomm;
 // "" when HETCOMM_PROFILE_CACHE is "off" or no home is known.

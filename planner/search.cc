@@ -360,9 +360,8 @@ class Search {
       if (st.S > 1) p.stages[s == st.S - 1 ? 0 : st.S - 1].layers = model().nLayer - k;
       const trainer::Shard shard = trainer::shardOf(p, {0, s, 0});
       const trainer::ParamLayout layout(model(), shard, options_.bucketBytes, st.R);
-      const trainer::MemoryNeed n =
-          trainer::memoryNeed(configFor(st.microBatch), shard, layout, layout.totalFloats(), microBatches, s, st.S,
-                              st.depth);
+      const trainer::MemoryNeed n = trainer::memoryNeed(configFor(st.microBatch), shard, layout, layout.totalFloats(),
+                                                        {s, st.S, microBatches, st.depth});
       return std::make_pair(n.total() - n.optimizer, n.optimizer);
     };
     if (st.S == 1) {  // the only stage holds every block

@@ -431,7 +431,8 @@ std::vector<trainer::MemoryNeed> rankMemory(const StepInputs& in) {
     const trainer::Shard shard = trainer::shardOf(plan, role);
     const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, plan.dp);
     const size_t owned = static_cast<size_t>(std::llround(double(layout.totalFloats()) * share));
-    need[g] = known[key] = trainer::memoryNeed(in.config, shard, layout, owned, micro, role.stage, S, plan.pipelineDepth);
+    need[g] = known[key] =
+        trainer::memoryNeed(in.config, shard, layout, owned, {role.stage, S, micro, plan.pipelineDepth});
   }
   return need;
 }

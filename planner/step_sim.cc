@@ -71,7 +71,7 @@ trainer::Result<void> check(const StepCost& c) {
 
 // The 1F1B order of stage s of S over M micro-batches at pipeline depth d: (backward?, micro-batch).
 std::vector<std::pair<bool, int>> order1F1B(int s, int S, int M, int d) {
-  const int warm = trainer::Pipeline::warmupOf(s, S, M, d);
+  const int warm = trainer::StageShape{s, S, M, d}.warmup();
   std::vector<std::pair<bool, int>> ops;
   ops.reserve(2 * static_cast<size_t>(M));
   int f = 0, b = 0;

@@ -2,7 +2,7 @@
 // way hetcomm-train runs it (trainer/hetcomm_train.cc, trainer/pipeline.h):
 //
 //   1. every replica runs its micro-batches through its stages 1F1B: stage s of S runs min(d (S - s - 1), M)
-//      forwards (d: the pipeline depth, trainer::Pipeline::warmupOf), then one forward and one backward in
+//      forwards (d: the pipeline depth, trainer::StageShape::warmup), then one forward and one backward in
 //      turn, then the backwards left. A forward waits for the
 //      previous stage's forward of the same micro-batch and its activation's transfer; a backward for the next
 //      stage's backward and the gradient's transfer back (the last stage: for its own forward). Transfers do

@@ -186,8 +186,8 @@ Result<std::vector<std::vector<int>>> allowedCores(const std::string& hwlocXml) 
     hwloc_bitmap_foreach_end();
     if (!threads.empty()) cores.push_back(std::move(threads));
   }
-  if (cores.empty()) return systemError("hwloc: no core this process may run on%s%s", hwlocXml.empty() ? "" : " in ",
-                                     hwlocXml.c_str());
+  if (cores.empty())
+    return systemError("hwloc: no core this process may run on%s%s", hwlocXml.empty() ? "" : " in ", hwlocXml.c_str());
   return cores;
 }
 

@@ -13,6 +13,7 @@
 #include "trainer/config.h"
 #include "trainer/error.h"
 #include "trainer/param_layout.h"
+#include "trainer/pipeline.h"
 #include "trainer/plan.h"
 
 namespace hetcomm::trainer {
@@ -23,10 +24,10 @@ struct MemoryNeed {
 };
 
 // ownedFloats: the floats this rank updates (DataParallel::ownedFloats: every float of the layout, or its ZeRO-1
-// slice of each bucket); microBatches: its replica's per step, so that stage `stage` of `stages` keeps
-// Pipeline::slotsFor of them in flight at the plan's pipeline depth.
+// slice of each bucket); shape: its stage, with its replica's micro-batches per step and the plan's depth (which
+// decide the micro-batches in flight, StageShape::slots).
 MemoryNeed memoryNeed(const TrainConfig& cfg, const Shard& shard, const ParamLayout& layout, size_t ownedFloats,
-                      int microBatches, int stage, int stages, int depth);
+                      const StageShape& shape);
 
 // Every rank's need against its limit (both per global rank; roles names them): the start-up report's line,
 // "memory: every rank fits its limit; fullest rank R needs X of Y", or an error whose detail lists every rank

@@ -7,8 +7,8 @@ namespace hetcomm::trainer {
 // each one with its numbers), so none is left waiting in a collective.
 void Training::State::checkMemory() {
   if (o.memoryLimits.empty()) return;
-  const MemoryNeed need = memoryNeed(cfg, layout->shard(), *layout, dp->ownedFloats(), accum, role.stage, S,
-                                     plan.pipelineDepth);
+  const MemoryNeed need =
+      memoryNeed(cfg, layout->shard(), *layout, dp->ownedFloats(), {role.stage, S, accum, plan.pipelineDepth});
   const uint64_t limit = o.memoryLimits.size() == 1 ? o.memoryLimits[0] : o.memoryLimits[rank];
   constexpr int kFields = 6;
   std::vector<double> all(size_t(world) * kFields, 0.0);

@@ -87,24 +87,21 @@ HybridGroups::~HybridGroups() {
     }
 }
 
-int Pipeline::warmupOf(int stage, int stages, int microBatches, int depth) {
+int StageShape::warmup() const {
   return static_cast<int>(std::min<int64_t>(int64_t(depth) * (stages - stage - 1), microBatches));
 }
 
-int Pipeline::slotsFor(int stage, int stages, int microBatches, int depth) {
-  return std::max(1, std::min(warmupOf(stage, stages, microBatches, depth) + 1, microBatches));
+int StageShape::slots() const { return std::max(1, std::min(warmup() + 1, microBatches)); }
+
+int StageShape::boundaryBuffers() const {
+  return std::max(1, std::min(microBatches, std::max(slots() + 1, depth + 1)));
 }
 
-int Pipeline::boundaryBuffers(int stage, int stages, int microBatches, int depth) {
-  const int wanted = std::max(slotsFor(stage, stages, microBatches, depth) + 1, depth + 1);
-  return std::max(1, std::min(microBatches, wanted));
-}
-
-size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages,
-                             int depth) {
+size_t Pipeline::bufferBytes(const ModelConfig& cfg, int maxBatch, const StageShape& shape) {
   const size_t act = size_t(maxBatch) * cfg.seqLen * cfg.dModel;  // as the constructor's
-  const size_t buffers = size_t(boundaryBuffers(stage, stages, microBatches, depth));
-  const size_t floats = act * (buffers * ((stage + 1 < stages) + (stage > 0)) + 3) + (stage + 1 < stages ? act : 0);
+  const size_t buffers = size_t(shape.boundaryBuffers());
+  const bool sends = shape.stage + 1 < shape.stages, receives = shape.stage > 0;
+  const size_t floats = act * (buffers * (sends + receives) + 3) + (sends ? act : 0);
   return floats * sizeof(float);
 }
 
@@ -120,7 +117,7 @@ Pipeline::Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& c
   const size_t act = size_t(maxBatch) * T_ * C_;
   hetcommStreamCreate(&fwdStream_);
   hetcommStreamCreate(&bwdStream_);
-  const int buffers = boundaryBuffers(stage_, stages_, microBatches, depth_);
+  const int buffers = StageShape{stage_, stages_, microBatches, depth_}.boundaryBuffers();
   outs_.assign(buffers, std::vector<float>(stage_ + 1 < stages_ ? act : 0));
   dins_.assign(buffers, std::vector<float>(stage_ > 0 ? act : 0));
   in_.resize(act);
@@ -165,7 +162,8 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
                               const std::function<void(int)>& groupDone,
                               const std::function<void(double, double)>& computeHook) {
   const int M = static_cast<int>(micro.size());
-  const int warmup = warmupOf(stage_, stages_, M, depth_), slots = slotsFor(stage_, stages_, M, depth_);
+  const StageShape shape{stage_, stages_, M, depth_};
+  const int warmup = shape.warmup(), slots = shape.slots();
   const bool first = stage_ == 0, last = stage_ + 1 == stages_;
   double lossSum = 0;
   // Runs one forward or backward of the model and reports its compute time apart from its TP reductions.
@@ -177,7 +175,7 @@ Result<double> Pipeline::step(const float* params, float* grads, float lossScale
     return r;
   };
 
-  // Boundary buffers are reused round-robin, micro-batch i in buffer i mod K (K = boundaryBuffers). A buffer is
+  // Boundary buffers are reused round-robin, micro-batch i in buffer i mod K (K = boundaryBuffers()). A buffer is
   // written again only when its last send has been received:
   //   - an activation sent in forward(i - K): this stage has since finished backward(i - 1 - warmup), whose
   //     gradient the next stage computed from all of activation i - 1 - warmup >= i - K (K >= warmup + 1);

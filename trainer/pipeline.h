@@ -76,18 +76,28 @@ struct MicroBatch {
   int sequences = 0;
 };
 
+// Where one stage sits in its pipeline, and what decides how much it holds: stage `stage` of `stages`, running
+// `microBatches` a step at pipeline depth `depth` (the plan's pipeline_depth).
+struct StageShape {
+  int stage = 0, stages = 1, microBatches = 1, depth = 1;
+  // Forwards the stage runs before its first backward: min(depth (stages - stage - 1), microBatches).
+  int warmup() const;
+  // Micro-batches in flight on the stage (its warm-up and one more): the slots its model needs.
+  int slots() const;
+  // Boundary buffers of each kind (activations sent, input gradients sent) the stage keeps, reused round-robin:
+  // the micro-batches in flight and one more, and at least depth + 1 (the previous stage runs depth ahead); at
+  // most one per micro-batch.
+  int boundaryBuffers() const;
+};
+
 class Pipeline {
  public:
-  // model: this rank's stage (built with slotsFor() slots); not owned. depth: the plan's pipeline_depth.
+  // model: this rank's stage (built with StageShape::slots() slots); not owned. depth: the plan's pipeline_depth.
   Pipeline(HybridGroups& groups, StageModel& model, const ModelConfig& cfg, int maxBatch, int microBatches,
            int depth);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
-  // Forwards stage `stage` runs before its first backward: min(depth (stages - stage - 1), microBatches).
-  static int warmupOf(int stage, int stages, int microBatches, int depth);
-  // Slots the model needs: micro-batches in flight on this stage (its warm-up and one more).
-  static int slotsFor(int stage, int stages, int microBatches, int depth);
 
   // One step's 1F1B over `micro` (the replica's micro-batches, in order): accumulates gradients into grads;
   // groupDone as Gpt::backward, from the last micro-batch's backward. Returns the sum over micro-batches of
@@ -98,11 +108,7 @@ class Pipeline {
                       const std::function<void(int)>& groupDone,
                       const std::function<void(double, double)>& computeHook);
   // Bytes of the buffers a pipeline of these shapes holds (for memory limits).
-  static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, int microBatches, int stage, int stages, int depth);
-  // Boundary buffers of each kind (activations sent, input gradients sent) a stage keeps, reused round-robin:
-  // the micro-batches in flight and one more, and at least depth + 1 (the previous stage runs depth ahead); at
-  // most one per micro-batch.
-  static int boundaryBuffers(int stage, int stages, int microBatches, int depth);
+  static size_t bufferBytes(const ModelConfig& cfg, int maxBatch, const StageShape& shape);
   // Forward only (evaluation), one micro-batch after another: the sum of loss * sequences on the last stage.
   Result<double> evaluate(const float* params, const std::vector<MicroBatch>& micro);
 
@@ -114,7 +120,7 @@ class Pipeline {
   StageModel& model_;
   int C_, T_, stage_, stages_, depth_;
   hetcommStream_t fwdStream_ = nullptr, bwdStream_ = nullptr;
-  std::vector<std::vector<float>> outs_, dins_;  // boundaryBuffers of each: sent activations / input gradients
+  std::vector<std::vector<float>> outs_, dins_;  // boundaryBuffers() of each: sent activations / input gradients
   std::vector<float> in_, dout_, slice_, evalOut_;
 };
 

@@ -20,7 +20,7 @@
 //                                                agree (the trainer takes it over); absent = the config's
 //     "zero": 1,                                 optional: ZeRO-1 on (1) or off (0); absent = the command line's
 //     "pipeline_depth": 2,                       optional, default 1 (plain 1F1B): each stage starts with depth
-//                                                forwards more than the next one does (Pipeline::warmupOf), so a
+//                                                forwards more than the next one does (StageShape::warmup), so a
 //                                                boundary keeps depth micro-batches in flight and hides its
 //                                                transfers behind compute, for depth more micro-batches'
 //                                                activations on the early stages

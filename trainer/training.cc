@@ -208,7 +208,7 @@ void Training::State::buildModel() {
   if (!plan.zeroShares.empty())
     for (int d = 0; d < plan.dp; ++d) shares.push_back(plan.zeroShares[table.ranks[d][role.stage][role.tpRank]]);
   dp = std::make_unique<DataParallel>(groups->dp(), *layout, zero1, shares);
-  const int slots = Pipeline::slotsFor(role.stage, S, accum, plan.pipelineDepth);
+  const int slots = StageShape{role.stage, S, accum, plan.pipelineDepth}.slots();
   if (o.emulateCompute)
     model = std::make_unique<EmulatedStage>(cfg.model, layout->shard(), cfg.microBatch, slots, groups->tpGroup(),
                                             speed * referenceGflops * 1e9);

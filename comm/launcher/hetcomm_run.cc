@@ -71,7 +71,7 @@ struct LaunchOptions {
   bool noPrefix = false;
   double graceSec = 3;
   bool elastic = false;
-  std::string bindTo = "none";       // --bind-to: none or core
+  std::string bindTo = "none";  // --bind-to: none or core
   bool reportBindings = false;
   std::vector<std::string> program;  // the program and its arguments
 };

@@ -1,10 +1,13 @@
 // The compute profile: FLOPs at a rate, measured times scaled to other micro-batch sizes, and the measurement's
-// cache (a second call reads what the first wrote; another model measures again).
+// cache (a second call reads what the first wrote; another model measures again; a cache far off this machine now
+// is measured again).
 #include "planner/profile.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "trainer/model.h"
 
@@ -49,7 +52,8 @@ TEST(Profile, MeasuresAndCaches) {
     EXPECT_GT(t.blockForwardS + t.headForwardS, 0);
     EXPECT_GT(t.blockBackwardS + t.headBackwardS, 0);
   }
-  auto second = measureProfile(tiny(), {1, 2}, {2}, 1, dir, &cached);
+  // The check before a cache is used times the model again; its tolerance here is wide enough for any load.
+  auto second = measureProfile(tiny(), {1, 2}, {2}, 1, dir, &cached, {.recheck = true, .tolerance = 1000});
   ASSERT_TRUE(second.has_value());
   EXPECT_TRUE(cached);
   EXPECT_EQ(second->measured().at({2, 2}).blockForwardS, first->measured().at({2, 2}).blockForwardS);
@@ -59,6 +63,34 @@ TEST(Profile, MeasuresAndCaches) {
   other.dModel = 64;
   ASSERT_TRUE(measureProfile(other, {1, 2}, {2}, 1, dir, &cached).has_value());
   EXPECT_FALSE(cached);
+  std::filesystem::remove_all(dir);
+}
+
+// A cache written when the machine was far slower (or faster) than now is not used: everything is measured again,
+// the file is rewritten, and the profile's source says why.
+TEST(Profile, ACacheFarOffThisMachineIsMeasuredAgain) {
+  const std::string dir = ::testing::TempDir() + "/hetcomm-profile-drift";
+  std::filesystem::remove_all(dir);
+  bool cached = true;
+  ASSERT_TRUE(measureProfile(tiny(), {1}, {}, 1, dir, &cached).has_value());
+  ASSERT_FALSE(cached);
+  ASSERT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  const std::string path = std::filesystem::directory_iterator(dir)->path();
+  nlohmann::json doc;
+  std::ifstream(path) >> doc;
+  for (auto& e : doc["sizes"])  // as if measured on a machine 10^4 times slower
+    for (const char* k : {"block_forward_s", "block_backward_s", "head_forward_s", "head_backward_s"})
+      e[k] = e[k].get<double>() * 1e4 + 1.0;
+  std::ofstream(path, std::ios::trunc) << doc.dump();
+  auto again = measureProfile(tiny(), {1}, {}, 1, dir, &cached);
+  ASSERT_TRUE(again.has_value()) << again.error().message();
+  EXPECT_FALSE(cached);
+  EXPECT_NE(again->source().find("measured again"), std::string::npos) << again->source();
+  const PartTimes t = again->measured().at({1, 1});
+  EXPECT_LT(t.blockForwardS + t.headForwardS, 1.0) << "the doctored times were kept";
+  // The rewritten file is used next time (the check's tolerance wide enough for any load).
+  ASSERT_TRUE(measureProfile(tiny(), {1}, {}, 1, dir, &cached, {.recheck = true, .tolerance = 1000}).has_value());
+  EXPECT_TRUE(cached);
   std::filesystem::remove_all(dir);
 }
 

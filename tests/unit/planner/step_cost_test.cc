@@ -129,7 +129,7 @@ TEST(StepCost, MemoryIsTheTrainersAccountingPerRank) {
     const trainer::Shard shard = trainer::shardOf(in.plan, role);
     const trainer::ParamLayout layout(in.config.model, shard, in.bucketBytes, 2);
     EXPECT_DOUBLE_EQ(plain[g].total(), trainer::memoryNeed(in.config, shard, layout, layout.totalFloats(),
-                                                           in.plan.microBatches[role.replica], role.stage, 2, 1)
+                                                           {role.stage, 2, in.plan.microBatches[role.replica], 1})
                                            .total())
         << g;
   }

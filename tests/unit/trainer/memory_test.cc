@@ -17,8 +17,8 @@ TEST(Memory, ZeroOneShardsTheOptimizerStateOnly) {
   cfg.model = {.nLayer = 2, .nHead = 2, .dModel = 32, .seqLen = 16, .vocabSize = 256};
   const Shard whole;
   const ParamLayout layout(cfg.model, whole, 1 << 20, 2);
-  const MemoryNeed all = memoryNeed(cfg, whole, layout, layout.totalFloats(), 1, 0, 1, 1);
-  const MemoryNeed half = memoryNeed(cfg, whole, layout, layout.totalFloats() / 2, 1, 0, 1, 1);
+  const MemoryNeed all = memoryNeed(cfg, whole, layout, layout.totalFloats(), {0, 1, 1, 1});
+  const MemoryNeed half = memoryNeed(cfg, whole, layout, layout.totalFloats() / 2, {0, 1, 1, 1});
   EXPECT_DOUBLE_EQ(all.params, double(layout.totalFloats()) * 4);
   EXPECT_DOUBLE_EQ(all.grads, all.params);
   EXPECT_DOUBLE_EQ(all.optimizer, 2 * all.params);  // AdamW's two moments
@@ -30,26 +30,26 @@ TEST(Memory, ZeroOneShardsTheOptimizerStateOnly) {
 // The pipeline's depth: stage s of S warms up with min(depth (S - s - 1), M) forwards and holds one more in flight;
 // the boundary buffers are those and one more, at least depth + 1, at most M.
 TEST(Memory, PipelineDepthHoldsMoreMicroBatchesOnTheEarlyStages) {
-  EXPECT_EQ(Pipeline::warmupOf(0, 2, 16, 1), 1);
-  EXPECT_EQ(Pipeline::warmupOf(0, 2, 16, 2), 2);
-  EXPECT_EQ(Pipeline::warmupOf(1, 4, 16, 3), 6);
-  EXPECT_EQ(Pipeline::warmupOf(0, 4, 5, 2), 5);  // capped by the micro-batches
-  EXPECT_EQ(Pipeline::warmupOf(3, 4, 16, 3), 0);
-  EXPECT_EQ(Pipeline::slotsFor(0, 2, 16, 2), 3);
-  EXPECT_EQ(Pipeline::slotsFor(0, 4, 5, 2), 5);
-  EXPECT_EQ(Pipeline::slotsFor(1, 2, 16, 2), 1);
-  EXPECT_EQ(Pipeline::boundaryBuffers(1, 2, 16, 1), 2);
-  EXPECT_EQ(Pipeline::boundaryBuffers(1, 2, 16, 3), 4);  // the last stage: depth + 1
-  EXPECT_EQ(Pipeline::boundaryBuffers(0, 2, 16, 2), 4);
-  EXPECT_EQ(Pipeline::boundaryBuffers(0, 2, 2, 2), 2);
+  EXPECT_EQ((StageShape{0, 2, 16, 1}.warmup()), 1);
+  EXPECT_EQ((StageShape{0, 2, 16, 2}.warmup()), 2);
+  EXPECT_EQ((StageShape{1, 4, 16, 3}.warmup()), 6);
+  EXPECT_EQ((StageShape{0, 4, 5, 2}.warmup()), 5);  // capped by the micro-batches
+  EXPECT_EQ((StageShape{3, 4, 16, 3}.warmup()), 0);
+  EXPECT_EQ((StageShape{0, 2, 16, 2}.slots()), 3);
+  EXPECT_EQ((StageShape{0, 4, 5, 2}.slots()), 5);
+  EXPECT_EQ((StageShape{1, 2, 16, 2}.slots()), 1);
+  EXPECT_EQ((StageShape{1, 2, 16, 1}.boundaryBuffers()), 2);
+  EXPECT_EQ((StageShape{1, 2, 16, 3}.boundaryBuffers()), 4);  // the last stage: depth + 1
+  EXPECT_EQ((StageShape{0, 2, 16, 2}.boundaryBuffers()), 4);
+  EXPECT_EQ((StageShape{0, 2, 2, 2}.boundaryBuffers()), 2);
 
   TrainConfig cfg;
   cfg.model = {.nLayer = 2, .nHead = 2, .dModel = 32, .seqLen = 16, .vocabSize = 256};
   cfg.microBatch = 2;
   const Shard whole;
   const ParamLayout layout(cfg.model, whole, 1 << 20, 1);
-  const MemoryNeed plain = memoryNeed(cfg, whole, layout, layout.totalFloats(), 8, 0, 2, 1);
-  const MemoryNeed deep = memoryNeed(cfg, whole, layout, layout.totalFloats(), 8, 0, 2, 2);
+  const MemoryNeed plain = memoryNeed(cfg, whole, layout, layout.totalFloats(), {0, 2, 8, 1});
+  const MemoryNeed deep = memoryNeed(cfg, whole, layout, layout.totalFloats(), {0, 2, 8, 2});
   // One more micro-batch of activations (slots 2 -> 3) and one more boundary buffer (3 -> 4).
   const double slot = Gpt::slotBytes(cfg.model, whole, cfg.microBatch);
   EXPECT_DOUBLE_EQ(deep.activations - plain.activations, slot);
