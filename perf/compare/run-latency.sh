@@ -24,7 +24,7 @@
 # Each round runs every configuration once, in an order shuffled per round; the tables give the median over
 # rounds and the ratio hetcomm / peer (criteria, issue 18: <= 2 against vader, <= 1.2 against the tcp BTL).
 #
-# Usage: perf/compare/run-latency.sh [--rounds 3] [--nranks 2,4,8] [--min 8] [--max 64K] [--iters 1000]
+# Usage: perf/compare/run-latency.sh [--rounds 5] [--nranks 2,4,8] [--min 8] [--max 64K] [--iters 1000]
 #                                    [--pingpong-iters 10000] [--ucx] [--bind none|core] [--json FILE]
 #                                    [--timeout 300]
 set -euo pipefail
@@ -36,7 +36,7 @@ BUILD=${BUILD_DIR:-$REPO_ROOT/build}
 PROG=run-latency
 # shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$SCRIPT_DIR/lib.sh"
-ROUNDS=3 NRANKS=2,4,8 MIN=8 MAX=64K ITERS=1000 PP_ITERS=10000 UCX=0 JSON_OUT="" TIMEOUT_S=300 BIND=none
+ROUNDS=5 NRANKS=2,4,8 MIN=8 MAX=64K ITERS=1000 PP_ITERS=10000 UCX=0 JSON_OUT="" TIMEOUT_S=300 BIND=none
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --rounds) ROUNDS=${2:?}; shift 2 ;;
