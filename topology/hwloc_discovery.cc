@@ -112,23 +112,30 @@ void addPciDevice(hwloc_topology_t topo, hwloc_obj_t pci, NodeDescription& node)
   node.pciDevices.push_back(std::move(dev));
 }
 
-}  // namespace
-
-Status discoverHardware(const std::string& hwlocXml, NodeDescription& node) {
-  TopologyOwner owner;
+// This machine's topology (hwlocXml empty) or an XML export's, with the I/O devices ioFilter keeps.
+Status loadTopology(TopologyOwner& owner, const std::string& hwlocXml, hwloc_type_filter_e ioFilter) {
   if (hwloc_topology_init(owner.out()) != 0) return errnoStatus(errno, "hwloc_topology_init");
   hwloc_topology_t topo = owner.get();
   // Distances, memory attributes and CPU kinds are unused; skipping them keeps init short when 8 ranks on 2
   // cores discover at once.
   hwloc_topology_set_flags(
       topo, HWLOC_TOPOLOGY_FLAG_NO_DISTANCES | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS | HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
-  // KEEP_IMPORTANT: PCI devices and OS devices (NICs, HCAs, GPUs), without the bridges and misc devices between.
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT);
+  hwloc_topology_set_io_types_filter(topo, ioFilter);
   if (!hwlocXml.empty() && hwloc_topology_set_xml(topo, hwlocXml.c_str()) != 0)
     return errnoStatus(errno, "hwloc: cannot use XML topology %s", hwlocXml.c_str());
   if (hwloc_topology_load(topo) != 0)
     return errnoStatus(errno, "hwloc: cannot load the topology%s%s", hwlocXml.empty() ? "" : " from ",
                        hwlocXml.c_str());
+  return okStatus();
+}
+
+}  // namespace
+
+Status discoverHardware(const std::string& hwlocXml, NodeDescription& node) {
+  TopologyOwner owner;
+  // KEEP_IMPORTANT: PCI devices and OS devices (NICs, HCAs, GPUs), without the bridges and misc devices between.
+  HC_TRY(loadTopology(owner, hwlocXml, HWLOC_TYPE_FILTER_KEEP_IMPORTANT));
+  hwloc_topology_t topo = owner.get();
 
   int npackages = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PACKAGE);
   for (int i = 0; i < npackages; ++i) {
@@ -156,16 +163,8 @@ Status discoverHardware(const std::string& hwlocXml, NodeDescription& node) {
 
 Result<std::vector<std::vector<int>>> allowedCores(const std::string& hwlocXml) {
   TopologyOwner owner;
-  if (hwloc_topology_init(owner.out()) != 0) return errnoStatus(errno, "hwloc_topology_init");
+  HC_TRY(loadTopology(owner, hwlocXml, HWLOC_TYPE_FILTER_KEEP_NONE));
   hwloc_topology_t topo = owner.get();
-  hwloc_topology_set_flags(
-      topo, HWLOC_TOPOLOGY_FLAG_NO_DISTANCES | HWLOC_TOPOLOGY_FLAG_NO_MEMATTRS | HWLOC_TOPOLOGY_FLAG_NO_CPUKINDS);
-  hwloc_topology_set_io_types_filter(topo, HWLOC_TYPE_FILTER_KEEP_NONE);
-  if (!hwlocXml.empty() && hwloc_topology_set_xml(topo, hwlocXml.c_str()) != 0)
-    return errnoStatus(errno, "hwloc: cannot use XML topology %s", hwlocXml.c_str());
-  if (hwloc_topology_load(topo) != 0)
-    return errnoStatus(errno, "hwloc: cannot load the topology%s%s", hwlocXml.empty() ? "" : " from ",
-                       hwlocXml.c_str());
   // hwloc leaves out what the cgroup forbids; the affinity mask (taskset, a launcher's binding) it does not.
   using Bitmap = std::unique_ptr<hwloc_bitmap_s, void (*)(hwloc_bitmap_t)>;
   Bitmap allowed(hwloc_bitmap_dup(hwloc_topology_get_allowed_cpuset(topo)), hwloc_bitmap_free);
