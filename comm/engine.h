@@ -56,8 +56,8 @@ class Engine {
   void notifyFinished();
   // Runs fn(polls) on this thread holding the pass lock, if no pass is running now and comm is attached (a
   // detached one may be torn down meanwhile); returns whether it ran. polls: how many idle polls fn may make
-  // before it must let go (fewer when ranks outnumber cores: the peer may need this core). For a caller that can
-  // finish a small operation in a few polls without queueing it (Communicator::sendRecvHere).
+  // before it must let go (fewer where ranks share this rank's CPUs, noteCpuSharing: the peer may need this one).
+  // For a caller that can finish a small operation in a few polls without queueing it (Communicator::sendRecvHere).
   template <class Fn>
   bool runExclusive(Communicator* comm, Fn&& fn) {
     if (!passMu_.try_lock()) return false;
