@@ -245,10 +245,12 @@ class UcxConnection final : public Connection {
   ucs_status_t onData(uint64_t tag, void* data, size_t length, uint64_t attrs);
   void onAbort(std::string reason) { failLater(remoteError("rank %d aborted: %s", peer_, reason.c_str())); }
   void onEndpointError(ucs_status_t s) {
+    endpointFailed_ = true;
     failLater(remoteError("rank %d: the UCX endpoint to it failed (%s): it exited or its host is unreachable", peer_,
                           ucsError(s).c_str()));
   }
   void onPeerExited() {
+    endpointFailed_ = true;
     failLater(
         remoteError("rank %d (pid %d, same host) exited while rank %d still needed it", peer_, peerPid_, t_->cfg.rank));
   }
@@ -303,6 +305,7 @@ class UcxConnection final : public Connection {
   int pidfd_;
   int peerPid_;
   bool closed_ = false;
+  bool endpointFailed_ = false;  // UCX reported the endpoint failed, or the peer's process is gone
   Status broken_;          // why the connection is unusable (closed_ set with it)
   Status pendingFailure_;  // noted inside a callback, applied by runDeferred()
   std::unordered_map<uint64_t, Posted> posted_;
@@ -558,8 +561,6 @@ void UcxConnection::close(const Status& why) noexcept {
   if (closed_) return;
   closed_ = true;
   broken_ = why;
-  const bool healthy = pendingFailure_.ok();
-  bool busy = !ops_.empty() || !posted_.empty() || !fetches_.empty();
   for (auto& [tag, p] : posted_) p.req->fail(why);
   posted_.clear();
   for (auto& f : fetches_) {
@@ -583,15 +584,19 @@ void UcxConnection::close(const Status& why) noexcept {
     ::close(pidfd_);
     pidfd_ = -1;
   }
-  // A healthy, idle connection flushes what it sent (an eager send completes once UCX has copied it, before the
-  // peer has it); a broken or busy one is torn down at once, where the endpoint allows it (forcing needs
-  // peer-failure handling at both ends). Never during set-up: an endpoint force-closed while UCX's wire-up with
-  // the peer is still in flight leaves a wire-up reply queued on its TCP lane, and UCX 1.13 then asserts ("got
-  // REP message") in ucp_worker_destroy and aborts the process. A graceful close is bounded by ~Impl instead.
+  // Only an endpoint UCX reported failed, or whose peer process is gone, is force-closed (which needs peer-failure
+  // handling at both ends); every other one is closed gracefully, flushing what it sent (an eager send completes
+  // once UCX has copied it, before the peer has it), bounded by ~Impl. Forcing a live peer's busy endpoint broke
+  // the peer's UCX 1.13 over TCP: a rendezvous send to us still in flight there was released while its TCP lane
+  // held the completion, and the lane's purge then aborted the peer's process ("comp->count > 0" in
+  // uct_iface.h, tcp_ep.c "PUT_TX_WAITING_ACK"): about 1 survivor in 100 of tests/integration/fault_matrix.sh's
+  // kill trials, none in 720 since. Never force during set-up either: an endpoint force-closed while UCX's
+  // wire-up with the peer is still in flight leaves a wire-up reply queued on its TCP lane, and UCX 1.13 then
+  // asserts ("got REP message") in ucp_worker_destroy and aborts the process.
   if (!ep_) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = peerFailureMode_ && established_ && (!healthy || busy) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  p.flags = peerFailureMode_ && established_ && endpointFailed_ ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   ucs_status_ptr_t r = ucp_ep_close_nbx(ep_, &p);
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) t_->closing.push_back(r);
   ep_ = nullptr;
