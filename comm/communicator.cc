@@ -165,6 +165,9 @@ Result<coll::Selection> Communicator::predictFor(const std::vector<int>& ranks, 
 
 // Engine thread, before it sleeps: every transport re-arms its wake-up; false when one has work already.
 bool Communicator::readyToSleep() {
+  // The timeout starts at the latest here: the engine's sleep is bounded by it, and an operation whose peer
+  // stalls would otherwise count its idle passes at one per (up to a second long) sleep before starting it.
+  if (current_ && currentDeadline_.isNever()) currentDeadline_ = Deadline::afterSec(options_.timeoutSec);
   if (current_ && runner_ == Runner::kSlots && !slots_->armForSleep()) return false;
   for (auto& t : transports_)
     if (!t->armForSleep()) return false;

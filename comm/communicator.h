@@ -109,7 +109,8 @@ class Communicator {
   bool progressOnce();
   // Engine thread only: the deadline of the running operation (never when idle).
   Deadline deadline() const;
-  // Engine thread only, right before it sleeps: false when a transport has work waiting.
+  // Engine thread only, right before it sleeps: false when a transport has work waiting. Starts the running
+  // operation's timeout if it has not started yet.
   bool readyToSleep();
 
   // The algorithm a call with these arguments would run, and its predicted time (after init; any thread).

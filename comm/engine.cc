@@ -216,10 +216,10 @@ void Engine::run() {
         if (moved || drivers_.load(std::memory_order_relaxed) > 0) break;
         relax();
       } while (Clock::now() < spinUntil);
-      for (Communicator* c : comms_) nearest = Deadline::earlier(nearest, c->deadline());
       // About to sleep: transports that must re-arm their wake-up do it now, and may find work instead.
       for (Communicator* c : comms_)
         if (!moved && !c->readyToSleep()) moved = true;
+      for (Communicator* c : comms_) nearest = Deadline::earlier(nearest, c->deadline());
     }
     if (moved) continue;
     // Nothing moved: sleep until a socket is ready, work is queued, or the nearest operation times out.
