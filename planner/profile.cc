@@ -24,7 +24,7 @@ using nlohmann::json;
 using trainer::Error;
 using trainer::Result;
 
-constexpr int kProfileVersion = 2;
+constexpr int kProfileVersion = 3;  // 3: blocks from paired 1- and 3-block passes
 constexpr int kRepetitions = 5;  // timed forward + backward passes per model and size; the median counts
 
 std::string cpuModel() {
@@ -46,43 +46,77 @@ class NoSums final : public trainer::TpGroup {
   trainer::Result<void> max(float*, size_t) override { return {}; }
 };
 
-// Median forward and backward seconds of one TP rank's shard of the whole model (one stage) at B sequences.
-std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B, int tp) {
-  using Clock = std::chrono::steady_clock;
-  const trainer::Shard shard{
-      .firstLayer = 0, .layers = model.nLayer, .embedding = true, .head = true, .tp = tp, .tpRank = 0};
-  const trainer::ParamLayout layout(model, shard, size_t(1) << 20, 1);
-  NoSums noSums;
-  trainer::Gpt gpt(model, layout, B, 1, tp > 1 ? &noSums : nullptr);
-  std::vector<float> params(layout.totalFloats()), grads(layout.totalFloats(), 0.0f);
-  gpt.initParams(params.data(), 1);
-  std::vector<int32_t> tokens(size_t(B) * model.seqLen), targets(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 % 256), targets[i] = int32_t(i * 13 % 256);
-  std::vector<double> forward, backward;
-  for (int rep = 0; rep <= kRepetitions; ++rep) {  // the first warms caches and allocators
+// One TP rank's shard of the whole model (one stage) at B sequences, built once and timed pass by pass.
+class TimedModel {
+ public:
+  TimedModel(const trainer::ModelConfig& model, int B, int tp)
+      : layout_(model, shard(model, tp), size_t(1) << 20, 1),
+        gpt_(model, layout_, B, 1, tp > 1 ? &noSums_ : nullptr),
+        params_(layout_.totalFloats()),
+        grads_(layout_.totalFloats(), 0.0f),
+        tokens_(size_t(B) * model.seqLen),
+        targets_(tokens_.size()),
+        b_(B) {
+    gpt_.initParams(params_.data(), 1);
+    for (size_t i = 0; i < tokens_.size(); ++i) tokens_[i] = int32_t(i * 7 % 256), targets_[i] = int32_t(i * 13 % 256);
+  }
+  // Seconds of one forward and one backward pass.
+  std::pair<double, double> pass() {
+    using Clock = std::chrono::steady_clock;
     const auto t0 = Clock::now();
-    (void)gpt.forwardStage(0, params.data(), tokens.data(), nullptr, targets.data(), B, nullptr);
+    (void)gpt_.forwardStage(0, params_.data(), tokens_.data(), nullptr, targets_.data(), b_, nullptr);
     const auto t1 = Clock::now();
-    (void)gpt.backwardStage(0, params.data(), grads.data(), 1.0f, nullptr, nullptr, [](int) {});
+    (void)gpt_.backwardStage(0, params_.data(), grads_.data(), 1.0f, nullptr, nullptr, [](int) {});
     const auto t2 = Clock::now();
-    if (rep == 0) continue;
-    forward.push_back(std::chrono::duration<double>(t1 - t0).count());
-    backward.push_back(std::chrono::duration<double>(t2 - t1).count());
+    return {std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count()};
+  }
+
+ private:
+  static trainer::Shard shard(const trainer::ModelConfig& model, int tp) {
+    return {.firstLayer = 0, .layers = model.nLayer, .embedding = true, .head = true, .tp = tp, .tpRank = 0};
+  }
+  NoSums noSums_;
+  trainer::ParamLayout layout_;
+  trainer::Gpt gpt_;
+  std::vector<float> params_, grads_;
+  std::vector<int32_t> tokens_, targets_;
+  int b_;
+};
+
+// Median forward and backward seconds of the whole model (one stage) at B sequences.
+std::pair<double, double> timeModel(const trainer::ModelConfig& model, int B, int tp) {
+  TimedModel m(model, B, tp);
+  (void)m.pass();  // warms caches and allocators
+  std::vector<double> forward, backward;
+  for (int rep = 0; rep < kRepetitions; ++rep) {
+    const auto [f, b] = m.pass();
+    forward.push_back(f);
+    backward.push_back(b);
   }
   return {median(forward), median(backward)};
 }
 
 PartTimes measureAt(const trainer::ModelConfig& model, int B, int tp) {
-  // A block's time from models of 1 and 3 blocks (the difference over 2), the rest from the 1-block model.
+  // A block's time from models of 1 and 3 blocks (the difference over 2), the rest from the 1-block model. The two
+  // are timed in turn and the block taken from each pair's difference: a machine that gets busier or quieter while
+  // this runs moves both of a pair alike, where two medians taken one after the other could differ by more than
+  // two blocks (a block's backward 20 % off, the head's clamped to 0, were seen that way).
   trainer::ModelConfig one = model, three = model;
   one.nLayer = 1, three.nLayer = 3;
-  const auto [f1, b1] = timeModel(one, B, tp);
-  const auto [f3, b3] = timeModel(three, B, tp);
+  TimedModel m1(one, B, tp), m3(three, B, tp);
+  (void)m1.pass(), (void)m3.pass();  // warm-up
+  std::vector<double> f1, b1, blockF, blockB;
+  for (int rep = 0; rep < kRepetitions; ++rep) {
+    const auto [fa, ba] = m1.pass();
+    const auto [fc, bc] = m3.pass();
+    f1.push_back(fa), b1.push_back(ba);
+    blockF.push_back((fc - fa) / 2), blockB.push_back((bc - ba) / 2);
+  }
   PartTimes t;
-  t.blockForwardS = std::max(0.0, (f3 - f1) / 2);
-  t.blockBackwardS = std::max(0.0, (b3 - b1) / 2);
-  t.headForwardS = std::max(0.0, f1 - t.blockForwardS);
-  t.headBackwardS = std::max(0.0, b1 - t.blockBackwardS);
+  t.blockForwardS = std::max(0.0, median(blockF));
+  t.blockBackwardS = std::max(0.0, median(blockB));
+  t.headForwardS = std::max(0.0, median(f1) - t.blockForwardS);
+  t.headBackwardS = std::max(0.0, median(b1) - t.blockBackwardS);
   return t;
 }
 
