@@ -9,6 +9,10 @@ namespace hetcomm::comm {
 std::string affinityList() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof(set), &set) != 0) return {};
+  return cpuList(set);
+}
+
+std::string cpuList(const cpu_set_t& set) {
   std::string out;
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) out += (out.empty() ? "" : ",") + std::to_string(c);

@@ -15,6 +15,9 @@ namespace hetcomm::comm {
 // This process's CPU affinity as a list of CPU numbers, "0,1,5"; empty where the kernel does not say.
 std::string affinityList();
 
+// A set's CPU numbers as such a list.
+std::string cpuList(const cpu_set_t& set);
+
 // The set a list names; numbers past CPU_SETSIZE and items that are not numbers are left out.
 cpu_set_t parseCpuList(const std::string& text);
 

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "comm/bootstrap/store.h"
+#include "comm/cpu_sharing.h"
 #include "comm/launcher/emulated_cluster.h"
 #include "comm/launcher/process_group.h"
 #include "common/crypto.h"
@@ -317,13 +318,10 @@ bool coreBindings(int nranks, bool report, std::vector<cpu_set_t>& sets) {
     const size_t core = static_cast<size_t>(rank) % cores->size();
     cpu_set_t set;
     CPU_ZERO(&set);
-    std::string list;
-    for (int cpu : (*cores)[core]) {
-      CPU_SET(cpu, &set);
-      list += (list.empty() ? "" : ",") + std::to_string(cpu);
-    }
+    for (int cpu : (*cores)[core]) CPU_SET(cpu, &set);
     sets.push_back(set);
-    if (report) std::fprintf(stderr, "hetcomm-run: rank %d bound to core %zu (CPUs %s)\n", rank, core, list.c_str());
+    if (report)
+      std::fprintf(stderr, "hetcomm-run: rank %d bound to core %zu (CPUs %s)\n", rank, core, cpuList(set).c_str());
   }
   return true;
 }

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/cpu_sharing.h"
 #include "comm/launcher/output_prefixer.h"
 #include "common/deadline.h"
 #include "common/log.h"
@@ -100,6 +101,20 @@ struct Rank {
   bool mayHaveGroup() const { return pid > 0 && (!reaped || outputOpen()); }
 };
 
+// What the child of fork reports through its exec pipe when it cannot start the rank: the step that failed and
+// errno. Exec closes the pipe unwritten.
+struct ChildFailure {
+  enum Step : int { kNetns, kAffinity, kExec } step;
+  int err;
+};
+
+[[noreturn]] void childFailed(int fd, ChildFailure::Step step) {
+  const ChildFailure f{step, errno};
+  ssize_t ignored = write(fd, &f, sizeof(f));
+  (void)ignored;
+  _exit(127);
+}
+
 // Runs between fork and exec, so only async-signal-safe calls: the store's thread may have held a lock (malloc's,
 // stdio's) at the moment of fork, and it never releases it in the child.
 [[noreturn]] void execRank(const char* path, char* const* argv, char* const* envp, int stdinFd, int outFd, int errFd,
@@ -118,20 +133,11 @@ struct Rank {
       umount2("/sys", MNT_DETACH);
       ok = mount("sysfs", "/sys", "sysfs", 0, nullptr) == 0;
     }
-    if (!ok) {
-      int err = errno;
-      ssize_t ignored = write(execErrFd, &err, sizeof(err));
-      (void)ignored;
-      _exit(127);
-    }
+    if (!ok) childFailed(execErrFd, ChildFailure::kNetns);
   }
   // Its CPUs (hetcomm-run --bind-to), before exec so that every thread the program starts inherits them.
-  if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0) {
-    int err = errno;
-    ssize_t ignored = write(execErrFd, &err, sizeof(err));
-    (void)ignored;
-    _exit(127);
-  }
+  if (cpus != nullptr && sched_setaffinity(0, sizeof(cpu_set_t), cpus) != 0)
+    childFailed(execErrFd, ChildFailure::kAffinity);
   if (dup2(stdinFd, STDIN_FILENO) >= 0 && dup2(outFd, STDOUT_FILENO) >= 0 && dup2(errFd, STDERR_FILENO) >= 0) {
     sigaction(SIGPIPE, &gOriginalSigpipe, nullptr);
     sigprocmask(SIG_SETMASK, &gOriginalMask, nullptr);
@@ -140,10 +146,7 @@ struct Rank {
     close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
     execve(path, argv, envp);
   }
-  int err = errno;
-  ssize_t ignored = write(execErrFd, &err, sizeof(err));
-  (void)ignored;
-  _exit(127);
+  childFailed(execErrFd, ChildFailure::kExec);
 }
 
 class Job {
@@ -326,15 +329,27 @@ int Job::spawn(Rank& rank) {
   fcntl(rank.err.fd, F_SETFL, O_NONBLOCK);
 
   // exec closes execPipe (end of file: it started) or the child writes why it could not.
-  int childErr = 0;
+  ChildFailure failure{};
   ssize_t got;
   do {
-    got = read(execPipe[0], &childErr, sizeof(childErr));
+    got = read(execPipe[0], &failure, sizeof(failure));
   } while (got < 0 && errno == EINTR);
   close(execPipe[0]);
-  if (got == static_cast<ssize_t>(sizeof(childErr))) {
-    say("cannot execute '%s' for rank %d: %s", spec_.argv[0].c_str(), rank.index, strerror(childErr));
-    return childErr == ENOENT ? 127 : 126;
+  if (got == static_cast<ssize_t>(sizeof(failure))) {
+    switch (failure.step) {
+      case ChildFailure::kNetns:
+        say("cannot start rank %d: entering its emulated host's network namespace: %s", rank.index,
+            strerror(failure.err));
+        break;
+      case ChildFailure::kAffinity:
+        say("cannot start rank %d: binding it to CPUs %s (--bind-to): %s", rank.index,
+            cpuList(spec_.cpuSets[rank.index]).c_str(), strerror(failure.err));
+        break;
+      case ChildFailure::kExec:
+        say("cannot execute '%s' for rank %d: %s", spec_.argv[0].c_str(), rank.index, strerror(failure.err));
+        break;
+    }
+    return failure.step == ChildFailure::kExec && failure.err == ENOENT ? 127 : 126;
   }
   HC_INFO(Boot, "hetcomm-run: rank %d is pid %d", rank.index, static_cast<int>(pid));
   return 0;
