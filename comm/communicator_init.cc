@@ -49,6 +49,7 @@ struct PeerInfo {
   std::string hostName, forced;
   int pid = 0;
   std::string cpus;             // the CPUs its process may run on: "0,1,5"
+  std::string bootId;           // its kernel's boot id: ranks with the same one share the CPUs cpus names
   std::vector<std::byte> node;  // the serialized topo::NodeDescription
   Offer offer;
   std::array<std::vector<std::byte>, kKinds> blobs;
@@ -78,10 +79,11 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
   std::vector<std::byte> out;
   // Named, not temporaries: a temporary in a range-for's initializer is gone before the loop body runs (C++20).
   const std::string ports = join(p.offer.verbsPorts, ","), pid = std::to_string(p.pid);
-  for (std::string_view field : {std::string_view(p.offer.hostId), std::string_view(p.hostName),
-                                 std::string_view(p.forced), std::string_view(pid), asText(p.node),
-                                 std::string_view(p.offer.ucx ? "1" : "0"), std::string_view(p.offer.ucxWhy),
-                                 std::string_view(ports), std::string_view(p.offer.verbsWhy), std::string_view(p.cpus)})
+  for (std::string_view field :
+       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
+        std::string_view(pid), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
+        std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy),
+        std::string_view(p.cpus), std::string_view(p.bootId)})
     putString(out, field);
   for (const auto& b : p.blobs) putString(out, asText(b));
   return out;
@@ -93,7 +95,8 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   std::string pid, node, ucx, ports;
   bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.forced) &&
             getString(in, &pid) && getString(in, &node) && getString(in, &ucx) && getString(in, &p.offer.ucxWhy) &&
-            getString(in, &ports) && getString(in, &p.offer.verbsWhy) && getString(in, &p.cpus);
+            getString(in, &ports) && getString(in, &p.offer.verbsWhy) && getString(in, &p.cpus) &&
+            getString(in, &p.bootId);
   std::array<std::string, kKinds> blobs;
   for (auto& b : blobs) ok = ok && getString(in, &b);
   if (!ok) return remoteError("rank %d published a malformed peer record", rank);
@@ -232,6 +235,7 @@ Status Communicator::listenAll(InitState& s) {
   s.me.forced = s.forced;
   s.me.pid = node.pid;
   s.me.cpus = affinityList();
+  s.me.bootId = topo::kernelBootId();
   s.me.node = topo::serializeNode(node);
   HC_ASSIGN_OR_RETURN(s.started, startTransports(tc, s.forcedKinds, node, s.me));
   return okStatus();
@@ -362,11 +366,15 @@ Status Communicator::joinEngine(const InitState& s) {
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
+  // CPUs are shared by the ranks of one kernel, which may be several hosts of the topology (an emulated cluster's
+  // network namespaces, containers): by boot id where both ranks report one.
   std::vector<std::string> cpus(nranks_);
   std::vector<bool> sameHost(nranks_);
+  const std::string& myBoot = s.peers[rank_].bootId;
   for (int p = 0; p < nranks_; ++p) {
     cpus[p] = s.peers[p].cpus;
-    sameHost[p] = cluster_->hostOf(p) == cluster_->hostOf(rank_);
+    const std::string& boot = s.peers[p].bootId;
+    sameHost[p] = !boot.empty() && !myBoot.empty() ? boot == myBoot : cluster_->hostOf(p) == cluster_->hostOf(rank_);
   }
   const CpuSharing sharing = cpuSharing(cpus, sameHost, rank_);
   Engine::get().noteCpuSharing(sharing.ranks, sharing.cpus);

@@ -1,7 +1,8 @@
 // cpu_sharing.h: whether the ranks of a communicator that may run on this rank's CPUs outnumber those CPUs. A rank
 // that waits for a peer polls; when the peer may need this very CPU to answer, the poll must give the CPU up often
-// (Engine::noteCpuSharing). Each rank publishes its affinity at init as a list ("0,1,5"); every rank of its host
-// whose list overlaps its own counts. Ranks bound one to a core (hetcomm-run --bind-to core, mpirun) share
+// (Engine::noteCpuSharing). Each rank publishes its affinity at init as a list ("0,1,5"); every rank of its machine
+// (its kernel: the hosts of an emulated cluster or containers on one machine are one) whose list overlaps its own
+// counts. Ranks bound one to a core (hetcomm-run --bind-to core, mpirun) share
 // nothing; unbound ranks share the host's CPUs; ranks bound round robin to fewer cores share them.
 #pragma once
 
@@ -27,7 +28,7 @@ struct CpuSharing {
   bool oversubscribed() const { return ranks > cpus; }
 };
 
-// cpusByRank[p]: rank p's list; sameHost[p]: whether rank p runs on this rank's host. A rank whose own list is
+// cpusByRank[p]: rank p's list; sameHost[p]: whether rank p runs on this rank's machine. A rank whose own list is
 // empty or unreadable counts as alone on its CPU.
 CpuSharing cpuSharing(const std::vector<std::string>& cpusByRank, const std::vector<bool>& sameHost, int me);
 

@@ -18,13 +18,17 @@ std::string hostName() {
   return name;
 }
 
-std::string hostIdentity() {
-  if (!hostIdOverride().empty()) return hostIdOverride();
+std::string kernelBootId() {
   std::string boot;
   std::ifstream f("/proc/sys/kernel/random/boot_id");
   std::getline(f, boot);
+  return boot;
+}
+
+std::string hostIdentity() {
+  if (!hostIdOverride().empty()) return hostIdOverride();
   // Two machines cloned from one image share a hostname; their boot ids differ.
-  return hostName() + ":" + boot.substr(0, 8);
+  return hostName() + ":" + kernelBootId().substr(0, 8);
 }
 
 }  // namespace hetcomm::topo

@@ -12,4 +12,8 @@ std::string hostIdentity();
 // The short host name, for logs and tables.
 std::string hostName();
 
+// The running kernel's boot id (empty where unreadable): processes that report the same one share one machine's
+// CPUs and memory, whatever hosts the topology or HETCOMM_HOSTID makes of them (network namespaces, containers).
+std::string kernelBootId();
+
 }  // namespace hetcomm::topo
