@@ -63,12 +63,13 @@ class Emitter {
   Emitter(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, FlowMode mode, size_t esz)
       : s_(s), graph_(graph), mode_(mode), esz_(esz), me_(g.rank), myHost_(graph.hostOfRank[g.rank]) {}
 
-  // One segment: elements [lo, lo + n) of flow f, carried by trees wt; `key` rotates the owners; tag its first tag.
-  void segment(const Flow& f, const WeightedTree& wt, size_t lo, size_t n, size_t key, uint32_t tag, uint32_t start,
-               Arena& arena) {
+  // One segment: elements [lo, lo + n) of flow f, carried by trees wt at its turn `turn`; `key` rotates the
+  // owners; tag its first tag.
+  void segment(const Flow& f, const WeightedTree& wt, size_t turn, size_t lo, size_t n, size_t key, uint32_t tag,
+               uint32_t start, Arena& arena) {
     // Up the reduction's tree, down the result's (allreduce: each may be its own), both rooted at one host.
-    const HostTree& tree = wt.tree;
-    const HostTree& down = mode_ == FlowMode::kAllReduce ? wt.down : wt.tree;
+    const HostTree& tree = wt.upAt(turn);
+    const HostTree& down = mode_ == FlowMode::kAllReduce ? wt.downAt(turn) : tree;
     const int root = tree.root;
     auto owner = [&](int host) {
       const auto& ranks = graph_.hosts[host].ranks;
@@ -220,18 +221,19 @@ static double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Pac
       hostHop = std::max(hostHop, g.alphaUs(host.ranks[0], host.ranks[1]) + segmentBytes / (host.memGBps * 1e3));
   double fill = 0;
   for (const auto& list : p.byRoot)
-    for (const WeightedTree& wt : list) {
-      double slowest = hostHop, hop = 0, path = 0;
-      if (mode != FlowMode::kBroadcast) {
-        path += deepest(wt.tree, true, &hop) + hostHop;
-        slowest = std::max(slowest, hop);
+    for (const WeightedTree& wt : list)
+      for (size_t turn = 0; turn < wt.turnCount(); ++turn) {
+        double slowest = hostHop, hop = 0, path = 0;
+        if (mode != FlowMode::kBroadcast) {
+          path += deepest(wt.upAt(turn), true, &hop) + hostHop;
+          slowest = std::max(slowest, hop);
+        }
+        if (mode != FlowMode::kReduce) {
+          path += deepest(mode == FlowMode::kAllReduce ? wt.downAt(turn) : wt.upAt(turn), false, &hop) + hostHop;
+          slowest = std::max(slowest, hop);
+        }
+        fill = std::max(fill, path - slowest);
       }
-      if (mode != FlowMode::kReduce) {
-        path += deepest(mode == FlowMode::kAllReduce ? wt.down : wt.tree, false, &hop) + hostHop;
-        slowest = std::max(slowest, hop);
-      }
-      fill = std::max(fill, path - slowest);
-    }
   return fill;
 }
 
@@ -300,7 +302,7 @@ void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, co
         for (size_t q = 0; q < S; ++q) {
           const size_t seg = ((p * flows.size() + fi) * T + t) * S + q;
           if (subs.count[q] > 0)
-            emit.segment(f, (*f.trees)[t], lo + subs.offset[q], subs.count[q], q + t + p + fi,
+            emit.segment(f, (*f.trees)[t], p + t, lo + subs.offset[q], subs.count[q], q + t + p + fi,
                          static_cast<uint32_t>(seg * kKinds), start, arenas[p]);
         }
         lo += parts[t];

@@ -49,8 +49,10 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
   for (size_t r = 0; r < p.byRoot.size(); ++r) demandSum += p.byRoot[r].empty() ? 0 : p.demand[r];
   for (size_t r = 0; r < p.byRoot.size(); ++r)
     for (const WeightedTree& wt : p.byRoot[r])
-      for (int h = 0; h < graph.nhosts(); ++h)
-        children[h] += p.demand[r] / demandSum * wt.weight * static_cast<double>(wt.tree.children[h].size());
+      for (size_t turn = 0; turn < wt.turnCount(); ++turn)
+        for (int h = 0; h < graph.nhosts(); ++h)
+          children[h] += p.demand[r] / demandSum * wt.weight / static_cast<double>(wt.turnCount()) *
+                         static_cast<double>(wt.upAt(turn).children[h].size());
   const int phases = mode == FlowMode::kAllReduce ? 2 : 1;
   double local = 0;
   for (int h = 0; h < graph.nhosts(); ++h) {

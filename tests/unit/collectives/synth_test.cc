@@ -109,6 +109,42 @@ TEST(Synth, TreesSpanEveryHostAndWeightsSumToOne) {
   }
 }
 
+// An allreduce tree that goes up and down the same edges costs every port the same from any root. On two hosts
+// pieces take turns at both, so each host's links start the call sending instead of waiting for the first sums;
+// on more hosts a tree keeps one root.
+TEST(Synth, AllReduceTreesOnTwoHostsTakeTurnsAtBothForTheSameLoads) {
+  for (const char* name : {"mixed-2x2", "dualrail-2x2", "three-level-6"}) {
+    SCOPED_TRACE(name);
+    auto g = shipped(name);
+    const synth::Packing p = synth::packTrees(*g, synth::TreeUse::kBoth, {1.0});
+    size_t turning = 0;
+    for (const auto& wt : p.byRoot[0]) {
+      if (wt.turns.empty()) continue;
+      ++turning;
+      EXPECT_EQ(wt.turns.size(), 2u);
+      EXPECT_NE(wt.turns[0].root, wt.turns[1].root);
+      for (const auto& t : wt.turns) EXPECT_EQ(t.depth, wt.tree.depth);
+    }
+    EXPECT_EQ(turning, g->nhosts() == 2 ? p.byRoot[0].size() : 0u) << p.describe(*g);
+    // The same port loads whichever turn every tree takes.
+    const std::vector<double> loads = synth::portLoads(*g, p);
+    synth::Packing turned = p;
+    for (auto& wt : turned.byRoot[0]) {
+      wt.tree = wt.upAt(1);
+      wt.down = wt.downAt(1);
+    }
+    const std::vector<double> after = synth::portLoads(*g, turned);
+    ASSERT_EQ(after.size(), loads.size());
+    for (size_t e = 0; e < loads.size(); ++e) EXPECT_NEAR(after[e], loads[e], 1e-9) << "port direction " << e;
+    // Many pieces, so every tree takes both turns, and every element right.
+    testing::SimTopology topo;
+    topo.graph = g;
+    for (bool inPlace : {false, true})
+      runCase({CollKind::kAllReduce, g->nranks(), 100003, DataType::kFloat32, RedOp::kSum, 0, inPlace}, 1024, true,
+              "synth", topo);
+  }
+}
+
 // Every synthesised collective on random shapes: hosts of 1-4 ranks, 1-3 fabrics, 2 to 64 ranks in all.
 TEST(Synth, EveryCollectiveOnRandomShapesIsExact) {
   std::mt19937 rng(5);
