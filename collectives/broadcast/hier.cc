@@ -54,12 +54,9 @@ class HierBroadcast final : public HierAlgorithm {
         if (isRoot) handed[p].push_back(s.send(paths.scatter[sh], tagOf(tag, sh, p), src(sh, p)));
         if (g.rank == paths.scatter[sh]) have[sh][p] = s.recv(a.root, tagOf(tag, sh, p), shares.at(Buf::kRecv, sh, p));
       }
-    if (isRoot && m > 1)
-      for (size_t p = 0; p < P; ++p) {
-        const int own = static_cast<int>(std::find(paths.scatter.begin(), paths.scatter.end(), a.root) -
-                                         paths.scatter.begin());
-        if (own < m && !handed[p].empty()) have[own][p] = joinSteps(s, handed[p]);
-      }
+    if (const auto own = std::find(paths.scatter.begin(), paths.scatter.end(), a.root);
+        isRoot && m > 1 && own != paths.scatter.end())
+      for (size_t p = 0; p < P; ++p) have[own - paths.scatter.begin()][p] = joinSteps(s, handed[p]);
     tag += static_cast<uint32_t>(m * P);
 
     // 2. Host place hp carries share hp (all of it when there is one host per island) from island to island,

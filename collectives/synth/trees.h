@@ -39,8 +39,8 @@ struct WeightedTree {
   HostTree tree;      // kOut: the tree out of the root; kIn and kBoth: the tree into it (child to parent)
   HostTree down;      // kBoth: the tree the result goes back out along (parent to child)
   double weight = 0;  // share of its root's data; a root's weights sum to 1
-  // kBoth, a tree that goes up and down the same edges and has two centres: the tree rooted at each (tree and down
-  // are the first); piece p's part takes turn p. Empty otherwise.
+  // kBoth, a tree between two hosts that goes up and down the same edges: the tree rooted at each (tree and down
+  // are the first); piece p's part of tree t takes turn p + t. Empty otherwise.
   std::vector<HostTree> turns;
   const HostTree& upAt(size_t turn) const { return turns.empty() ? tree : turns[turn % turns.size()]; }
   const HostTree& downAt(size_t turn) const { return turns.empty() ? down : turns[turn % turns.size()]; }
