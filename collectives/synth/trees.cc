@@ -436,7 +436,8 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
       best.tree = best.down = cheapestTree(h, costs, TreeUse::kBoth, 0);
       double bestCost = treeCost(h, costs, best.tree, false) + treeCost(h, costs, best.down, true);
       for (int root : reduceRoots) {
-        WeightedTree pair{cheapestTree(h, costs, TreeUse::kIn, root), cheapestTree(h, costs, TreeUse::kOut, root), 0, {}};
+        WeightedTree pair{
+            cheapestTree(h, costs, TreeUse::kIn, root), cheapestTree(h, costs, TreeUse::kOut, root), 0, {}};
         const double c = treeCost(h, costs, pair.tree, false) + treeCost(h, costs, pair.down, true);
         if (c < bestCost * (1 - 1e-9)) {
           bestCost = c;
