@@ -289,10 +289,43 @@ size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most) {
   return std::clamp<size_t>(bytes / std::max<size_t>(1, 2 * chunkBytes), 1, most);
 }
 
-void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece,
-               const std::vector<uint32_t>& topDone) {
-  for (size_t c = kPaceWindow * perPiece; c < entries.size(); ++c)
-    s.steps[entries[c]].dependOn(topDone[c / perPiece - kPaceWindow]);
+bool piecesCrossTwoNetworkLevels(const Hierarchy& h) { return h.levelOf(1) && h.levelOf(2); }
+
+Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd) {
+  if (ordinary < kRampFrom) return evenBlocks(count, static_cast<int>(ordinary));
+  // Weights in units of the smallest piece: 1, 1, 2, 4, ..., then 2^kRampPieces for every other piece.
+  const size_t full = size_t{1} << kRampPieces, pieces = ordinary + kRampPieces;
+  auto weight = [&](size_t k) {
+    const size_t fromSmall = fromEnd ? pieces - 1 - k : k;
+    return fromSmall <= kRampPieces ? size_t{1} << (fromSmall == 0 ? 0 : fromSmall - 1) : full;
+  };
+  const size_t units = ordinary * full;
+  Blocks b;
+  b.offset.resize(pieces);
+  b.count.resize(pieces);
+  size_t off = 0;
+  for (size_t k = 0; k < pieces; ++k) {  // cumulative, so the rounding never leaves a gap or an overlap
+    b.offset[k] = off;
+    off += weight(k);
+  }
+  for (size_t k = 0; k < pieces; ++k)  // count * offset / units, without overflowing
+    b.offset[k] = count / units * b.offset[k] + count % units * b.offset[k] / units;
+  for (size_t k = 0; k < pieces; ++k) {
+    b.count[k] = (k + 1 < pieces ? b.offset[k + 1] : count) - b.offset[k];
+    b.maxCount = std::max(b.maxCount, b.count[k]);
+  }
+  return b;
+}
+
+void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece, const std::vector<uint32_t>& topDone,
+               size_t window) {
+  for (size_t c = window * perPiece; c < entries.size(); ++c)
+    s.steps[entries[c]].dependOn(topDone[c / perPiece - window]);
+}
+
+void paceLevel(Schedule& s, const std::vector<uint32_t>& sends, size_t perPiece, const std::vector<uint32_t>& done,
+               size_t window) {
+  for (size_t c = window * perPiece; c < sends.size(); ++c) s.steps[sends[c]].dependOn(done[c - window * perPiece]);
 }
 
 }  // namespace hetcomm::coll

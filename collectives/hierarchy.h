@@ -145,6 +145,18 @@ double hierGatherUs(const GroupView& g, const Hierarchy& h, size_t blockBytes, s
 // size; at most `most`.
 size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most);
 
+// count elements in `ordinary` even pieces, the first of them (the last, for `fromEnd`) cut into kRampPieces + 1
+// that shrink towards the end: 1/2, 1/4, 1/8 and 1/8 of an ordinary piece. A pipelined plan's first piece must cross every
+// level below the top before the top level starts (its last piece, every level below the top after the top
+// ends); the smaller it is, the sooner the slow level is busy. Fewer than kRampFrom ordinary pieces: even.
+constexpr size_t kRampPieces = 3, kRampFrom = 4;
+Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd);
+// Whether pieces cross the network at two levels (between the hosts of an island, and across islands): only then
+// does a piece wait for a network level before the slow one (reduce-scatter) or after it (all-gather), so only
+// then do the ramp and the level window pay; with shared memory below the top (one host per island), their extra
+// messages and waits only cost (eth-4x2: 1-2 % slower).
+bool piecesCrossTwoNetworkLevels(const Hierarchy& h);
+
 // Pieces a pipelined plan lets its lowest level run ahead of its top level's reduce-scatter. Unpaced, every piece
 // is ready at the start, so the fast lower levels run the whole buffer at once: on an oversubscribed host that
 // burst takes every core while the slow top level, which sets the time, waits for its first piece, and its
@@ -154,7 +166,20 @@ constexpr size_t kPaceWindow = 4;
 // Makes entries[c], a first-level step of piece c / perPiece, wait for topDone of the piece kPaceWindow earlier.
 // Deadlock-free only if every other wait in the plan points to the same or earlier pieces: the plans' rings must be
 // marked paced (Ring::paced), so that no staging slot waits on a later piece.
-void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece,
-               const std::vector<uint32_t>& topDone);
+// window: in pieces (kPaceWindow, plus the extra pieces of a ramp, so that it holds as many bytes).
+void paceToTop(Schedule& s, const std::vector<uint32_t>& entries, size_t perPiece, const std::vector<uint32_t>& topDone,
+               size_t window = kPaceWindow);
+
+// Pieces a network level keeps in flight of its own where another network level waits for its pieces (the island
+// level under a reduce-scatter's slow level, the slow level over an all-gather's island level). Given every piece
+// at once, a level hands them all to the transport, which shares the link among them (several sockets and several
+// ranks per NIC), so its first piece, the one the next level waits for, arrives late: on mixed-4x2 (a per-step
+// trace) a reduce-scatter's island level delivered its first piece halfway through the 16 MiB it had in flight.
+// Two in flight keep the level's links busy between pieces.
+constexpr size_t kLevelWindow = 2;
+// Makes sends[c], a level's first send of chunk c (piece c / perPiece), wait for done[c - window * perPiece], that
+// level's result of the same chunk place `window` pieces earlier. Deadlock-free under paceToTop's terms.
+void paceLevel(Schedule& s, const std::vector<uint32_t>& sends, size_t perPiece, const std::vector<uint32_t>& done,
+               size_t window = kLevelWindow);
 
 }  // namespace hetcomm::coll

@@ -120,7 +120,8 @@ uint32_t joinSteps(Schedule& s, const std::vector<uint32_t>& steps) {
 
 std::vector<uint32_t> emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at,
                                         const ChunkSlice& ownSource, const std::vector<uint32_t>& ownReady,
-                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase) {
+                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase,
+                                        std::vector<uint32_t>* firstSends) {
   const int n = ring.n, r = ring.r;
   const size_t nc = ring.ch.nchunks;
   std::vector<uint32_t> prevRecv(nc);
@@ -131,6 +132,7 @@ std::vector<uint32_t> emitRingAllGather(Schedule& s, const Ring& ring, const Chu
       const uint32_t tag = tagBase + static_cast<uint32_t>(k * nc + c);
       uint32_t snd = s.send(ring.next, tag, k == 0 ? ownSource(sendBlock, c) : at(sendBlock, c));
       if (k == 0 && !ownReady.empty()) s.steps[snd].dependOn(ownReady[c]);
+      if (k == 0 && firstSends) firstSends->push_back(snd);
       if (k > 0) s.steps[snd].dependOn(prevRecv[c]);
       uint32_t rcv = s.recv(ring.prev, tag, at(recvBlock, c));
       if (!notBefore.empty()) s.steps[rcv].dependOn(notBefore[k][c]);

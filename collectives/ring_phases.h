@@ -57,10 +57,12 @@ ReduceScatterSteps emitRingReduceScatter(Schedule& s, const Ring& ring, const Ch
 
 // Block b of the result lives at at(b, c); block r is ready after ownReady[c] (may be empty: no dependency).
 // Receives into block b wait for notBefore[k][c] (may be empty), for buffers still being read. Returns per
-// chunk a step after which chunk c of every block is in place.
+// chunk a step after which chunk c of every block is in place; firstSends (if given) gets each chunk's send of
+// the own block.
 std::vector<uint32_t> emitRingAllGather(Schedule& s, const Ring& ring, const ChunkSlice& at,
                                         const ChunkSlice& ownSource, const std::vector<uint32_t>& ownReady,
-                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase);
+                                        const std::vector<std::vector<uint32_t>>& notBefore, uint32_t tagBase,
+                                        std::vector<uint32_t>* firstSends = nullptr);
 
 // A step that completes once all of `steps` have (a chain of empty copies, Step::kMaxDeps at a time).
 uint32_t joinSteps(Schedule& s, const std::vector<uint32_t>& steps);

@@ -29,8 +29,13 @@ class HierAllGather final : public HierAlgorithm {
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
     copyUnlessSame(s, {Buf::kRecv, g.rank * bytes, bytes}, {Buf::kSend, 0, bytes}, a.inPlace);
-    const size_t S = piecesFor(bytes, g.chunkBytes, kMaxPieces);
-    const Blocks piece = evenBlocks(a.count, static_cast<int>(S));
+    // Where an island level follows the slow one, the last pieces are a ramp, and the slow level keeps a few
+    // pieces in flight (rampedPieces, paceLevel), so that they reach the island level in order.
+    const bool twoNetworkLevels = piecesCrossTwoNetworkLevels(*h);
+    const size_t ordinary = piecesFor(bytes, g.chunkBytes, kMaxPieces);
+    const Blocks piece = twoNetworkLevels ? rampedPieces(a.count, ordinary, /*fromEnd=*/true)
+                                          : evenBlocks(a.count, static_cast<int>(ordinary));
+    const size_t S = piece.count.size();
 
     // ready[q][p]: the step after which piece p of rank q's block is in this rank's output (none yet: the own
     // block, read from the send buffer).
@@ -58,7 +63,9 @@ class HierAllGather final : public HierAlgorithm {
       };
       std::vector<uint32_t> ownReady(chunks);
       for (size_t c = 0; c < chunks; ++c) ownReady[c] = ready[sets[lv.index][c % nb]][c / nb];
-      const std::vector<uint32_t> done = emitRingAllGather(s, ring, at, own, ownReady, {}, tag);
+      std::vector<uint32_t> firstSends;
+      const std::vector<uint32_t> done = emitRingAllGather(s, ring, at, own, ownReady, {}, tag, &firstSends);
+      if (twoNetworkLevels && lv.dim == 2) paceLevel(s, firstSends, nb, done, kLevelWindow + (S - ordinary));
       tag += static_cast<uint32_t>((n - 1) * chunks);
       for (int b = 0; b < n; ++b)
         for (size_t c = 0; c < chunks; ++c) {

@@ -28,8 +28,13 @@ class HierReduceScatter final : public HierAlgorithm {
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {
     const size_t esz = kernels::sizeOf(a.dtype), bytes = a.count * esz;
-    const size_t S = piecesFor(bytes, g.chunkBytes, kMaxPieces);
-    const Blocks piece = evenBlocks(a.count, static_cast<int>(S));
+    // Where an island level precedes the slow one, the first pieces are a ramp, and that level keeps a few pieces
+    // in flight (rampedPieces, paceLevel).
+    const bool twoNetworkLevels = piecesCrossTwoNetworkLevels(*h);
+    const size_t ordinary = piecesFor(bytes, g.chunkBytes, kMaxPieces);
+    const Blocks piece = twoNetworkLevels ? rampedPieces(a.count, ordinary, /*fromEnd=*/false)
+                                          : evenBlocks(a.count, static_cast<int>(ordinary));
+    const size_t S = piece.count.size(), ramp = S - ordinary;
     const size_t L = h->levels.size();
 
     // Scratch: partial sums at q * bytes, then each level's staging slots.
@@ -72,6 +77,7 @@ class HierReduceScatter final : public HierAlgorithm {
         }
       }
       const ReduceScatterSteps rs = emitRingReduceScatter(s, ring, in, acc, out, stageBase, tag, inputReady, last);
+      if (twoNetworkLevels && lv.dim == 1) paceLevel(s, rs.sends[0], nb, rs.done, kLevelWindow + ramp);
       if (first) {
         firstSends = rs.sends[0];
         nb0 = nb;
@@ -84,7 +90,7 @@ class HierReduceScatter final : public HierAlgorithm {
         d[c / nb] = rs.done[c];
       }
     }
-    paceToTop(s, firstSends, nb0, done[h->me]);
+    paceToTop(s, firstSends, nb0, done[h->me], kPaceWindow + ramp);
     s.scratchBytes = stageBase;
     return s;
   }

@@ -322,9 +322,32 @@ TEST(Collectives, RootedHierarchicalPlansCrossTheIslandsFromEveryRank) {
     }
 }
 
+// Sends of `plan` to peers that `to` accepts which wait on nothing (directly or not) received from peers that
+// `from` accepts: what may go out before anything comes back over those links. Dependencies may point forward,
+// so the sweep repeats until nothing changes.
+template <class To, class From>
+size_t sendsAhead(const Schedule& plan, To to, From from) {
+  const std::vector<Step>& steps = plan.steps;
+  std::vector<bool> waits(steps.size());
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      bool w = steps[i].op == Step::Op::kRecv && from(steps[i].peer);
+      for (int d = 0; d < steps[i].ndeps; ++d) w = w || waits[steps[i].deps[d]];
+      if (w && !waits[i]) waits[i] = changed = true;
+    }
+  }
+  size_t ahead = 0;
+  for (size_t i = 0; i < steps.size(); ++i)
+    if (steps[i].op == Step::Op::kSend && to(steps[i].peer) && !waits[i]) ++ahead;
+  return ahead;
+}
+
 // The lowest level runs at most kPaceWindow pieces ahead of the top one: of the first sends within the host, only
-// that many (per chunk of a piece) may go out before anything has come back across the islands. Unpaced, all 64
-// would, and the host and island levels would burst through the whole buffer while the slow top level waits.
+// that many (per chunk of a piece) may go out before anything has come back across the islands. Unpaced, all of
+// them would, and the host and island levels would burst through the whole buffer while the slow top level waits.
+// The reduce-scatter's first pieces are a ramp (rampedPieces), counted extra so that the window holds as many
+// bytes.
 TEST(Collectives, HierarchicalLowerLevelsArePacedByTheTopLevel) {
   const testing::SimTopology t = shape(4, 2, 2);
   struct Expect {
@@ -332,9 +355,10 @@ TEST(Collectives, HierarchicalLowerLevelsArePacedByTheTopLevel) {
     size_t count;
     size_t unpacedSends;  // host-level sends that wait on nothing from the other island
   };
-  // 64 pieces of allreduce; 16 pieces of reduce-scatter, each 4 chunks at the host level (one per rank place).
+  // 64 pieces of allreduce; 16 pieces and a ramp of reduce-scatter, each 4 chunks at the host level (one per rank
+  // place).
   for (Expect e : {Expect{CollKind::kAllReduce, 128 << 10, kPaceWindow},
-                   Expect{CollKind::kReduceScatter, 32 << 10, 4 * kPaceWindow}}) {
+                   Expect{CollKind::kReduceScatter, 32 << 10, 4 * (kPaceWindow + kRampPieces)}}) {
     GroupView g = viewOf(t);
     g.chunkBytes = 4096;
     Args a;
@@ -344,27 +368,72 @@ TEST(Collectives, HierarchicalLowerLevelsArePacedByTheTopLevel) {
     ASSERT_TRUE(sel);
     auto plan = sel->algo->plan(a, g);
     ASSERT_TRUE(plan);
-    const std::vector<Step>& steps = plan->steps;
     EXPECT_EQ(plan->dependencyCycle(), "");
-    // crossed[i]: step i is, or waits on, a receive from the other island. Dependencies may point forward, so
-    // sweep until nothing changes.
-    std::vector<bool> crossed(steps.size());
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (size_t i = 0; i < steps.size(); ++i) {
-        bool c = steps[i].op == Step::Op::kRecv && t.island[steps[i].peer] != t.island[0];
-        for (int d = 0; d < steps[i].ndeps; ++d) c = c || crossed[steps[i].deps[d]];
-        if (c && !crossed[i]) crossed[i] = changed = true;
-      }
-    }
-    size_t hostSends = 0, unpaced = 0;
-    for (size_t i = 0; i < steps.size(); ++i) {
-      if (steps[i].op != Step::Op::kSend || t.host[steps[i].peer] != t.host[0]) continue;
-      ++hostSends;
-      if (!crossed[i]) ++unpaced;
-    }
-    EXPECT_EQ(unpaced, e.unpacedSends) << name(e.kind) << ": " << hostSends << " host-level sends";
+    const size_t unpaced = sendsAhead(
+        *plan, [&](int peer) { return t.host[peer] == t.host[0]; },
+        [&](int peer) { return t.island[peer] != t.island[0]; });
+    EXPECT_EQ(unpaced, e.unpacedSends) << name(e.kind);
   }
+}
+
+// Every level but the one a piece crosses last keeps kLevelWindow pieces (and the ramp's extra ones) of its own
+// in flight: a level given every piece at once would hand them all to the transport, and the piece the next level
+// waits for would come about last. Reduce-scatter: the island level (2 chunks a piece, one per island) sends that
+// many before its first receive; all-gather: the level across islands (1 chunk a piece).
+TEST(Collectives, HierarchicalLevelsKeepAFewPiecesInFlight) {
+  const testing::SimTopology t = shape(4, 2, 2);
+  const size_t window = kLevelWindow + kRampPieces;
+  struct Expect {
+    CollKind kind;
+    bool acrossIslands;  // the level measured: across islands, or within the island between hosts
+    size_t ahead;
+  };
+  for (Expect e : {Expect{CollKind::kReduceScatter, false, 2 * window}, Expect{CollKind::kAllGather, true, window}}) {
+    GroupView g = viewOf(t);
+    g.chunkBytes = 4096;
+    Args a;
+    a.kind = e.kind;
+    a.count = 32 << 10;  // 16 ordinary pieces
+    auto sel = selectAlgorithm(a, g, "hier");
+    ASSERT_TRUE(sel);
+    auto plan = sel->algo->plan(a, g);
+    ASSERT_TRUE(plan);
+    EXPECT_EQ(plan->dependencyCycle(), "");
+    auto atLevel = [&](int peer) {
+      const bool otherIsland = t.island[peer] != t.island[0];
+      return e.acrossIslands ? otherIsland : !otherIsland && t.host[peer] != t.host[0];
+    };
+    EXPECT_EQ(sendsAhead(*plan, atLevel, atLevel), e.ahead) << name(e.kind);
+  }
+}
+
+// The ramp: the first ordinary piece (the last, fromEnd) cut into halving pieces 1/2, 1/4, 1/8, 1/8 of it, the rest
+// even; every element in exactly one piece, in order.
+TEST(Collectives, RampedPiecesHalveTowardsTheEndTheySitAt) {
+  for (bool fromEnd : {false, true})
+    for (size_t count : {size_t{64 << 10}, size_t{1000003}}) {
+      const size_t ordinary = 8;
+      const Blocks b = rampedPieces(count, ordinary, fromEnd);
+      ASSERT_EQ(b.count.size(), ordinary + kRampPieces);
+      size_t off = 0;
+      for (size_t k = 0; k < b.count.size(); ++k) {
+        EXPECT_EQ(b.offset[k], off);
+        EXPECT_LE(b.count[k], b.maxCount);
+        off += b.count[k];
+      }
+      EXPECT_EQ(off, count);
+      const double full = static_cast<double>(count) / ordinary;
+      auto fromSmall = [&](size_t i) { return static_cast<double>(b.count[fromEnd ? b.count.size() - 1 - i : i]); };
+      EXPECT_NEAR(fromSmall(0), full / 8, 1);
+      EXPECT_NEAR(fromSmall(1), full / 8, 1);
+      EXPECT_NEAR(fromSmall(2), full / 4, 1);
+      EXPECT_NEAR(fromSmall(3), full / 2, 1);
+      for (size_t i = 4; i < b.count.size(); ++i) EXPECT_NEAR(fromSmall(i), full, 1);
+    }
+  // Too few pieces to ramp: even, as before.
+  const Blocks even = rampedPieces(1000, kRampFrom - 1, false);
+  ASSERT_EQ(even.count.size(), kRampFrom - 1);
+  EXPECT_EQ(even.maxCount, 334u);
 }
 
 TEST(Collectives, ScheduleDependenciesMayPointForwardButNeverInACycle) {
