@@ -146,9 +146,9 @@ double hierGatherUs(const GroupView& g, const Hierarchy& h, size_t blockBytes, s
 size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most);
 
 // count elements in `ordinary` even pieces, the first of them (the last, for `fromEnd`) cut into kRampPieces + 1
-// that shrink towards the end: 1/2, 1/4, 1/8 and 1/8 of an ordinary piece. A pipelined plan's first piece must cross every
-// level below the top before the top level starts (its last piece, every level below the top after the top
-// ends); the smaller it is, the sooner the slow level is busy. Fewer than kRampFrom ordinary pieces: even.
+// that shrink towards the end: 1/2, 1/4, 1/8 and 1/8 of an ordinary piece. A pipelined plan's first piece must
+// cross every level below the top before the top level starts (its last piece, every level below the top after
+// the top ends); the smaller it is, the sooner the slow level is busy. Fewer than kRampFrom ordinary pieces: even.
 constexpr size_t kRampPieces = 3, kRampFrom = 4;
 Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd);
 // Whether pieces cross the network at two levels (between the hosts of an island, and across islands): only then
