@@ -291,6 +291,11 @@ size_t piecesFor(size_t bytes, size_t chunkBytes, size_t most) {
 
 bool piecesCrossTwoNetworkLevels(const Hierarchy& h) { return h.levelOf(1) && h.levelOf(2); }
 
+Blocks hierPieces(const Hierarchy& h, size_t count, size_t ordinary, bool rampAtEnd) {
+  if (piecesCrossTwoNetworkLevels(h)) return rampedPieces(count, ordinary, rampAtEnd);
+  return evenBlocks(count, static_cast<int>(ordinary));
+}
+
 Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd) {
   if (ordinary < kRampFrom) return evenBlocks(count, static_cast<int>(ordinary));
   // Weights in units of the smallest piece: 1, 1, 2, 4, ..., then 2^kRampPieces for every other piece.
@@ -303,13 +308,10 @@ Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd) {
   Blocks b;
   b.offset.resize(pieces);
   b.count.resize(pieces);
-  size_t off = 0;
-  for (size_t k = 0; k < pieces; ++k) {  // cumulative, so the rounding never leaves a gap or an overlap
-    b.offset[k] = off;
-    off += weight(k);
-  }
-  for (size_t k = 0; k < pieces; ++k)  // count * offset / units, without overflowing
-    b.offset[k] = count / units * b.offset[k] + count % units * b.offset[k] / units;
+  // Offsets from the cumulative weight, so the rounding never leaves a gap or an overlap: count * before / units,
+  // without overflowing.
+  for (size_t k = 0, before = 0; k < pieces; before += weight(k++))
+    b.offset[k] = count / units * before + count % units * before / units;
   for (size_t k = 0; k < pieces; ++k) {
     b.count[k] = (k + 1 < pieces ? b.offset[k + 1] : count) - b.offset[k];
     b.maxCount = std::max(b.maxCount, b.count[k]);

@@ -156,6 +156,8 @@ Blocks rampedPieces(size_t count, size_t ordinary, bool fromEnd);
 // then do the ramp and the level window pay; with shared memory below the top (one host per island), their extra
 // messages and waits only cost (eth-4x2: 1-2 % slower).
 bool piecesCrossTwoNetworkLevels(const Hierarchy& h);
+// A hierarchical plan's pieces: rampedPieces where pieces cross two network levels, else `ordinary` even ones.
+Blocks hierPieces(const Hierarchy& h, size_t count, size_t ordinary, bool rampAtEnd);
 
 // Pieces a pipelined plan lets its lowest level run ahead of its top level's reduce-scatter. Unpaced, every piece
 // is ready at the start, so the fast lower levels run the whole buffer at once: on an oversubscribed host that

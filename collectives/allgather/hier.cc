@@ -33,8 +33,7 @@ class HierAllGather final : public HierAlgorithm {
     // pieces in flight (rampedPieces, paceLevel), so that they reach the island level in order.
     const bool twoNetworkLevels = piecesCrossTwoNetworkLevels(*h);
     const size_t ordinary = piecesFor(bytes, g.chunkBytes, kMaxPieces);
-    const Blocks piece = twoNetworkLevels ? rampedPieces(a.count, ordinary, /*fromEnd=*/true)
-                                          : evenBlocks(a.count, static_cast<int>(ordinary));
+    const Blocks piece = hierPieces(*h, a.count, ordinary, /*rampAtEnd=*/true);
     const size_t S = piece.count.size();
 
     // ready[q][p]: the step after which piece p of rank q's block is in this rank's output (none yet: the own

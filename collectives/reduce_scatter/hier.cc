@@ -32,8 +32,7 @@ class HierReduceScatter final : public HierAlgorithm {
     // in flight (rampedPieces, paceLevel).
     const bool twoNetworkLevels = piecesCrossTwoNetworkLevels(*h);
     const size_t ordinary = piecesFor(bytes, g.chunkBytes, kMaxPieces);
-    const Blocks piece = twoNetworkLevels ? rampedPieces(a.count, ordinary, /*fromEnd=*/false)
-                                          : evenBlocks(a.count, static_cast<int>(ordinary));
+    const Blocks piece = hierPieces(*h, a.count, ordinary, /*rampAtEnd=*/false);
     const size_t S = piece.count.size(), ramp = S - ordinary;
     const size_t L = h->levels.size();
 
