@@ -78,6 +78,7 @@ struct Structure {
   std::vector<int> layers, micro;
   Zero zero = Zero::kOff;   // how the optimizer state is kept (the estimate's choice; the simulation may try more)
   int depth = 1;            // the pipeline depth (the estimate's is 1; refining may deepen it)
+  bool reversed = false;    // stages in the other order (refining may turn them round): the slowest groups first
   double pipelineS = kInf;  // the estimate's 1F1B part: a lower bound of estimateS
   std::vector<double> lastBackwardS;  // per stage, replica 0's
   double estimateS = kInf;
@@ -623,7 +624,7 @@ class Search {
       c.plan.memoryNote = "even ZeRO-1 shards would need " + trainer::bytesText(c.evenNeed) + " on rank " +
                           std::to_string(c.evenRank) + " (limit " + trainer::bytesText(limitOf(c.evenRank)) +
                           "); shards sized to each rank's free memory fit";
-    c.plan.layout = st.layout;
+    c.plan.layout = st.reversed ? st.layout + ", slowest first" : st.layout;
     c.plan.prediction = std::move(*prediction);
     c.plan.tokensPerS = tokensPerStep() / c.plan.prediction.stepS;
     return std::optional<Candidate>{std::move(c)};
@@ -632,8 +633,8 @@ class Search {
   // Hill climbing from a simulated plan, on its bottlenecks: a block from the busiest stage (the most compute in
   // the step, over the replicas) to either neighbour or to the least busy stage, a micro-batch from the replica
   // whose pipeline ends last to the one that ends first, and one more micro-batch in flight per pipeline boundary
-  // (where the boundaries' transfers hold up plain 1F1B, and memory allows); the first move that shortens the
-  // simulated step is taken, until none does.
+  // (where the boundaries' transfers hold up plain 1F1B, and memory allows), and the stages in the other order;
+  // the first move that shortens the simulated step is taken, until none does.
   Result<Candidate> improve(Candidate best) {
     for (int round = 0; round < 4 * model().nLayer + 16; ++round) {
       const Structure& st = best.st;
@@ -666,6 +667,16 @@ class Search {
       if (st.S > 1 && st.depth < kMaxDepth) {
         Structure m = st;
         ++m.depth;
+        moves.push_back(m);
+      }
+      if (st.S > 1) {
+        // The stages in the other order: the layouts put the fastest groups first, so the slowest hold the LM
+        // head and the loss, the heaviest stage after the blocks; the other way round the slow devices hold the
+        // embedding, the lightest, and more micro-batches in flight (1F1B's first stage), memory permitting.
+        Structure m = st;
+        for (std::vector<int>& stages : m.at) std::reverse(stages.begin(), stages.end());
+        std::reverse(m.layers.begin(), m.layers.end());
+        m.reversed = !m.reversed;
         moves.push_back(m);
       }
       bool moved = false;

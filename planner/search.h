@@ -60,7 +60,7 @@ struct PlanCandidate {
   trainer::ParallelPlan plan;  // validated against the config, explicit ranks
   int microBatch = 1;          // sequences per micro-batch (the config's micro_batch for this plan)
   bool zero1 = false;
-  std::string layout;  // "striped" or "blocked"
+  std::string layout;  // "striped" or "blocked", with ", slowest first" where the stages run the other way
   StepPrediction prediction;
   double tokensPerS = 0;
   std::vector<trainer::MemoryNeed> memory;  // per global rank

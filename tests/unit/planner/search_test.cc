@@ -185,6 +185,35 @@ TEST(Search, ShardsTheOptimizerStateByMemoryWhereEvenSharesDoNotFit) {
   EXPECT_FALSE(searchPlans(cfg, c, profile(), links.time(), dpOnly).has_value());
 }
 
+// A model whose LM head outweighs its blocks (a large vocabulary over few channels, as in real LLMs' last stage),
+// on a fast and a slow device with room for half the model each, so only a two-stage pipeline fits: the fast
+// device takes the head, the last stage, though the layouts list the fastest groups first.
+TEST(Search, PutsTheHeavyLastStageOnTheFastDevice) {
+  trainer::TrainConfig cfg = config();
+  cfg.model.vocabSize = 4096;  // head: 4096 / (12 x 64) = 5.3 blocks of compute
+  ClusterInfo c = cluster(2, 1, 1, 0.5);
+  FakeLinks links{c};
+  SearchOptions o;
+  o.zero = 0;
+  const SearchReport free = searchPlans(cfg, c, profile(), links.time(), o).value();
+  double most = 0;
+  for (const auto& m : free.best[0].memory) most = std::max(most, m.total());
+  c.memoryBytes.assign(2, 0.75 * most);
+  const SearchReport r = searchPlans(cfg, c, profile(), links.time(), o).value();
+  expectValid(r, cfg, c);
+  const trainer::ParallelPlan& best = r.best[0].plan;
+  SCOPED_TRACE(r.best[0].summary());
+  ASSERT_EQ(best.stages.size(), 2u);
+  EXPECT_EQ(best.ranks[0].back(), std::vector<int>{0});  // rank 0 is the fast one
+  // The same split the other way round (the slow device with the head) is slower.
+  trainer::ParallelPlan mirrored = best;
+  std::reverse(mirrored.ranks[0].begin(), mirrored.ranks[0].end());
+  std::reverse(mirrored.stages.begin(), mirrored.stages.end());
+  trainer::TrainConfig run = cfg;
+  run.microBatch = r.best[0].microBatch;
+  EXPECT_LT(r.best[0].prediction.stepS, stepOf(mirrored, run, c, links.time()));
+}
+
 TEST(Search, KeepsToTheDegreesAllowed) {
   const trainer::TrainConfig cfg = config();
   const ClusterInfo c = cluster(4, 2, 1, 0.5);
