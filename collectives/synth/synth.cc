@@ -16,7 +16,7 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
     std::vector<double> demand(graph.nhosts(), 0.0);
     for (int h = 0; h < graph.nhosts(); ++h)
       if (rootHost < 0 || h == rootHost) demand[h] = rootHost < 0 ? static_cast<double>(graph.hosts[h].ranks.size()) : 1;
-    return std::make_shared<const Packing>(packTrees(graph, use, demand));
+    return sharedPacking(graph, use, demand);
   };
   if (!g.cache) return derive();
   const std::pair<int, int> key{static_cast<int>(use), use == TreeUse::kBoth ? -1 : rootHost};

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/strings.h"
 
@@ -548,6 +550,55 @@ std::string Packing::describe(const topo::LinkGraph& g) const {
       out += "\n";
     }
   return out + format("bottleneck %.4g us per byte of demand\n", usPerByte);
+}
+
+}  // namespace hetcomm::coll::synth
+
+namespace hetcomm::coll::synth {
+namespace {
+
+constexpr size_t kSharedPackings = 1024;  // entries kept; the memo starts afresh beyond
+
+// Everything packTrees reads of its inputs, as bytes: the use, the demand, the hosts' count, each port's host and
+// rate, and each pair's ways (path, rails and their shares). A change that makes packTrees read more of the graph
+// must add it here.
+std::string packingKey(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand) {
+  std::string key;
+  auto put = [&key](const auto& v) { key.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(static_cast<int>(use));
+  put(g.nhosts());
+  put(demand.size());
+  for (double d : demand) put(d);
+  put(g.ports.size());
+  for (const topo::LinkGraph::Port& port : g.ports) put(port.host), put(port.gbps);
+  for (int a = 0; a < g.nhosts(); ++a)
+    for (int b = 0; b < g.nhosts(); ++b) {
+      if (a == b) continue;
+      const std::vector<topo::LinkGraph::Way>& ways = g.waysOf(a, b);
+      put(ways.size());
+      for (const topo::LinkGraph::Way& w : ways) {
+        put(w.path);
+        put(w.rails.size());
+        for (const topo::LinkGraph::Rail& r : w.rails) put(r.from), put(r.to), put(r.share);
+      }
+    }
+  return key;
+}
+
+}  // namespace
+
+std::shared_ptr<const Packing> sharedPacking(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand) {
+  static std::mutex mu;
+  static std::unordered_map<std::string, std::shared_ptr<const Packing>> memo;
+  std::string key = packingKey(g, use, demand);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
+  }
+  auto p = std::make_shared<const Packing>(packTrees(g, use, demand));  // outside the lock: it may take a while
+  std::lock_guard<std::mutex> lock(mu);
+  if (memo.size() >= kSharedPackings) memo.clear();
+  return memo.emplace(std::move(key), std::move(p)).first->second;
 }
 
 }  // namespace hetcomm::coll::synth

@@ -18,6 +18,7 @@
 // re-balanced. Deterministic: the same graph gives the same trees on every rank.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,12 @@ struct Packing {
 // demand[h]: how much of the data starts (kOut) or ends (kIn) at host h, relative to the others (kBoth: one entry,
 // ignored). Needs a connected graph with two hosts or more.
 Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand);
+
+// The same packing, shared: graphs alike in everything packTrees reads (hosts, ports and their rates, the ways
+// between hosts; not names or rank numbers) get one packing per process. Groups of different ranks on hosts
+// alike in their links are common (a planner weighs thousands of groups; communicators split per stage), and a
+// packing over 32 hosts takes tens of milliseconds. Thread-safe; bounded in entries.
+std::shared_ptr<const Packing> sharedPacking(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand);
 
 // The load of a packing on every port direction, per unit of demand: [port * 2] egress, [port * 2 + 1] ingress,
 // in bytes per byte; exposed for tests.

@@ -248,5 +248,32 @@ TEST(Synth, AppliesOnlyWhereTheGraphSpansHosts) {
   EXPECT_NE(selectAlgorithm(a, g, "synth")->algo->name(), "synth") << "one host: nothing to synthesise";
 }
 
+// Graphs alike in everything but names and rank numbers share one packing, the same packTrees gives; a graph
+// with one port's rate changed, or another use or demand, gets its own.
+TEST(Synth, PackingsAreSharedOnlyBetweenGraphsAlikeInTheirLinks) {
+  topo::ClusterSpec spec;
+  spec.name = "shared";
+  for (int h = 0; h < 3; ++h)
+    spec.hosts.push_back(
+        {"h" + std::to_string(h),
+         1,
+         {{"ib0", topo::NicKind::kIb, 800 + 400 * (h == 2), "ib"}, {"eth0", topo::NicKind::kEth, 200, "eth"}}});
+  topo::ClusterSpec renamed = spec, slower = spec;
+  for (auto& h : renamed.hosts) h.name = "other-" + h.name, h.ranks = 2;
+  slower.hosts[1].nics[1].rateMbps = 100;
+  auto g = graphOf(spec), alike = graphOf(renamed), other = graphOf(slower);
+  const std::vector<double> demand(3, 1.0);
+  auto p = synth::sharedPacking(*g, synth::TreeUse::kOut, demand);
+  EXPECT_EQ(synth::sharedPacking(*alike, synth::TreeUse::kOut, demand), p);
+  const synth::Packing fresh = synth::packTrees(*g, synth::TreeUse::kOut, demand);
+  EXPECT_EQ(p->usPerByte, fresh.usPerByte);
+  EXPECT_EQ(p->describe(*g), fresh.describe(*g));
+  auto q = synth::sharedPacking(*other, synth::TreeUse::kOut, demand);
+  EXPECT_NE(q, p);
+  EXPECT_GT(q->usPerByte, p->usPerByte) << "h1's Ethernet at half the rate";
+  EXPECT_NE(synth::sharedPacking(*g, synth::TreeUse::kIn, demand), p);
+  EXPECT_NE(synth::sharedPacking(*g, synth::TreeUse::kOut, {1.0, 0.0, 0.0}), p);
+}
+
 }  // namespace
 }  // namespace hetcomm::coll
