@@ -94,6 +94,15 @@ if [[ $PEERS -eq 1 ]]; then
     || die "building gloo_allreduce failed"
 fi
 
+# Sizes in bytes (K, M and G as the perf tools take them): which of the two parts of a run the range covers.
+bytes_of() {
+  local v=${1%[KkMmGg]} unit=${1: -1}
+  [[ $v =~ ^[0-9]+$ ]] || die "not a size: $1 (a number with an optional K, M or G)"
+  case $unit in K | k) echo $((v << 10)) ;; M | m) echo $((v << 20)) ;; G | g) echo $((v << 30)) ;; *) echo "$v" ;; esac
+}
+MIN_B=$(bytes_of "$MIN") MAX_B=$(bytes_of "$MAX")
+((MIN_B >= 1 && MIN_B <= MAX_B)) || die "--min ($MIN) must be at least 1 byte and no more than --max ($MAX)"
+
 LOG_DIR=$CMP_DIR/logs/onehost-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$LOG_DIR"
 SAMPLES=$LOG_DIR/samples.tsv  # nranks transport peer size round time_us algorithm predicted_us
@@ -134,8 +143,13 @@ for ((r = 1; r <= ROUNDS; r++)); do
         [[ $peer == auto ]] || algo=(-x HETCOMM_ALGO="$peer")
         for part in small large; do
           log=$LOG_DIR/np$n.$t.$peer.$part.round$r.log
-          range=(-b "$MIN" -e 1M -n "$SMALL_ITERS")
-          [[ $part == small ]] || range=(-b 2M -e "$MAX" -n "$ITERS")
+          if [[ $part == small ]]; then  # up to 1 MiB, many iterations; none where --min is above it
+            ((MIN_B <= 1 << 20)) || continue
+            range=(-b "$MIN" -e "$((MAX_B < 1 << 20 ? MAX_B : 1 << 20))" -n "$SMALL_ITERS")
+          else
+            ((MAX_B >= 2 << 20)) || continue
+            range=(-b "$((MIN_B > 2 << 20 ? MIN_B : 2 << 20))" -e "$MAX" -n "$ITERS")
+          fi
           [[ $WAIT_QUIET_S -eq 0 ]] || wait_quiet "$WAIT_QUIET_S" 15 >/dev/null
           run_logged "$log" "$RUN" -np "$n" -x HETCOMM_TRANSPORT="$t" "${algo[@]}" "$BUILD/bin/all_reduce_perf" \
             "${range[@]}" -f "$STEP" -c 0 -w "$WARMUP"
