@@ -552,9 +552,6 @@ std::string Packing::describe(const topo::LinkGraph& g) const {
   return out + format("bottleneck %.4g us per byte of demand\n", usPerByte);
 }
 
-}  // namespace hetcomm::coll::synth
-
-namespace hetcomm::coll::synth {
 namespace {
 
 constexpr size_t kSharedPackings = 1024;  // entries kept; the memo starts afresh beyond

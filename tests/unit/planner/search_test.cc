@@ -186,7 +186,7 @@ TEST(Search, ShardsTheOptimizerStateByMemoryWhereEvenSharesDoNotFit) {
 }
 
 // A model whose LM head outweighs its blocks (a large vocabulary over few channels, as in real LLMs' last stage),
-// on a fast and a slow device with room for half the model each, so only a two-stage pipeline fits: the fast
+// on a fast and a slow device with room for 3/4 of the model each, so only a two-stage pipeline fits: the fast
 // device takes the head, the last stage, though the layouts list the fastest groups first.
 TEST(Search, PutsTheHeavyLastStageOnTheFastDevice) {
   trainer::TrainConfig cfg = config();
