@@ -36,10 +36,15 @@ std::span<const Algorithm* const> allAlgorithms();
 Schedule newSchedule(const Args& a, const GroupView& g);
 
 // What a rank's own memory work costs: bytes it copies and bytes it reduces (output bytes; a reduction reads two
-// inputs), at its host's rates (GroupView::copyGBps, reduceGBps). Transfers are the links' part, not this.
-double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes);
+// inputs), at its host's rates for a call on buffers of `bufferBytes` (GroupView::copyGBps, reduceGBps: a call
+// whose buffers stay in cache copies and reduces several times faster than one streaming from memory). Transfers
+// are the links' part, not this.
+double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes, double bufferBytes);
 // The same for the rank with the slowest memory, when every rank does that much work.
-double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes);
+double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes, double bufferBytes);
+// The bytes of a call's larger buffer on each rank (send or receive): what sets whether its memory work stays in
+// cache.
+double callBytes(const Args& a, const GroupView& g);
 
 // The algorithm for this call: forced (a name from HETCOMM_ALGO; empty or "auto" for automatic) or the cheapest,
 // with its predicted time. A forced algorithm that cannot serve the call leaves the automatic choice. The choice is

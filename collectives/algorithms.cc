@@ -85,13 +85,17 @@ Schedule newSchedule(const Args& a, const GroupView& g) {
   return s;
 }
 
-double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes) {
-  return copyBytes / (g.copyGBps(rank) * 1e3) + reduceBytes / (g.reduceGBps(rank) * 1e3);
+double memoryUs(const GroupView& g, int rank, double copyBytes, double reduceBytes, double bufferBytes) {
+  return copyBytes / (g.copyGBps(rank, bufferBytes) * 1e3) + reduceBytes / (g.reduceGBps(rank, bufferBytes) * 1e3);
 }
 
-double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes) {
+double callBytes(const Args& a, const GroupView& g) {
+  return static_cast<double>(std::max(a.sendBytes(g.nranks), a.recvBytes(g.nranks)));
+}
+
+double worstMemoryUs(const GroupView& g, double copyBytes, double reduceBytes, double bufferBytes) {
   double worst = 0;
-  for (int r = 0; r < g.nranks; ++r) worst = std::max(worst, memoryUs(g, r, copyBytes, reduceBytes));
+  for (int r = 0; r < g.nranks; ++r) worst = std::max(worst, memoryUs(g, r, copyBytes, reduceBytes, bufferBytes));
   return worst;
 }
 

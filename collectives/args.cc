@@ -1,6 +1,7 @@
 #include "collectives/args.h"
 
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 #include "collectives/group_cache.h"
@@ -70,22 +71,36 @@ std::string Args::describe() const {
 
 namespace {
 
+// A host's rate at buffers of `bytes`: log-linear between the measured sizes around it, the nearest one outside
+// them. 0 when the host was not measured.
+double rateAt(const std::vector<topo::MemoryRate>& curve, double topo::MemoryRate::*rate, double bytes) {
+  if (curve.empty()) return 0;
+  if (bytes <= curve.front().bytes) return curve.front().*rate;
+  if (bytes >= curve.back().bytes) return curve.back().*rate;
+  size_t i = 1;
+  while (curve[i].bytes < bytes) ++i;
+  const topo::MemoryRate &lo = curve[i - 1], &hi = curve[i];
+  const double f = std::log(bytes / lo.bytes) / std::log(hi.bytes / lo.bytes);
+  return lo.*rate + f * (hi.*rate - lo.*rate);
+}
+
 // A rank's rate alone, shared with its host's other ranks where they outnumber the cores.
-double perRank(const GroupView& g, int r, double topo::LinkGraph::HostNode::*rate, double nominal) {
+double perRank(const GroupView& g, int r, double topo::MemoryRate::*rate, double bytes, double nominal) {
   if (!g.graph || r < 0 || r >= g.graph->nranks()) return nominal;
   const topo::LinkGraph::HostNode& h = g.graph->hosts[g.graph->hostOfRank[r]];
-  const double alone = h.*rate > 0 ? h.*rate : nominal;
+  const double measured = rateAt(h.memory, rate, bytes);
+  const double alone = measured > 0 ? measured : nominal;
   const double k = static_cast<double>(h.ranks.size());
   return h.cores > 0 && k > h.cores ? alone * h.cores / k : alone;
 }
 
 }  // namespace
 
-double GroupView::copyGBps(int r) const {
-  return perRank(*this, r, &topo::LinkGraph::HostNode::memcpyGBps, kNominalCopyGBps);
+double GroupView::copyGBps(int r, double bytes) const {
+  return perRank(*this, r, &topo::MemoryRate::copyGBps, bytes, kNominalCopyGBps);
 }
-double GroupView::reduceGBps(int r) const {
-  return perRank(*this, r, &topo::LinkGraph::HostNode::reduceGBps, kNominalReduceGBps);
+double GroupView::reduceGBps(int r, double bytes) const {
+  return perRank(*this, r, &topo::MemoryRate::reduceGBps, bytes, kNominalReduceGBps);
 }
 
 void GroupView::prepare() { cache = std::make_shared<GroupCache>(); }

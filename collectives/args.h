@@ -77,11 +77,13 @@ struct GroupView {
   // The cluster as a capacitated graph (hosts, their NICs on fabrics, routes, memory rates): what schedule
   // synthesis packs trees over. Null when nothing is known of it (then synthesis does not apply).
   std::shared_ptr<const topo::LinkGraph> graph;
-  // What rank r copies and reduces on its own per second (GB/s of output, out of cache): its host's measured rates,
-  // shared with the host's other ranks where they outnumber its cores. Nominal figures without a graph.
+  // What rank r copies and reduces on its own per second (GB/s of output) in a call on buffers of `bytes`: its
+  // host's measured rates at that size (in cache for small buffers, out of cache for large ones; between two
+  // measured sizes, interpolated on the log of the size), shared with the host's other ranks where they outnumber
+  // its cores. Nominal figures (out of cache) without a graph or where the host was not measured.
   static constexpr double kNominalCopyGBps = 8, kNominalReduceGBps = 5;
-  double copyGBps(int r) const;
-  double reduceGBps(int r) const;
+  double copyGBps(int r, double bytes) const;
+  double reduceGBps(int r, double bytes) const;
 
   // Bytes of the slot every rank has in a region of shared memory all the group's ranks map (comm/host_slots.h):
   // set only where they all run on one host and talk over shm. 0: no such region (the slots algorithm needs one).

@@ -96,8 +96,7 @@ coll::GroupView Communicator::groupView(int rank, const topo::ClusterView& view,
   for (size_t h = 0; h < graph->hosts.size(); ++h) {
     const size_t from = static_cast<size_t>(parentHost[h]);
     if (from >= memoryRates_.size()) continue;
-    graph->hosts[h].memcpyGBps = memoryRates_[from].memcpyGBps;
-    graph->hosts[h].reduceGBps = memoryRates_[from].reduceGBps;
+    graph->hosts[h].memory = memoryRates_[from].bySize;
   }
   coll::GroupView g = coll::GroupView::fromGraph(rank, std::move(graph), chunkBytes_);
   g.prepare();

@@ -37,7 +37,7 @@ constexpr int kShortStream = 2, kLongStream = 10;  // messages per bandwidth str
 constexpr int kExchangeWindow = 1;                  // messages in flight each way in a two-way stream
 constexpr size_t kMinMsgBytes = 64 << 10, kMaxMsgBytes = 1 << 20;
 constexpr const char* kCacheMagic = "hetcomm-probe 3";  // 2: same-host streams out of cache; 3: and both ways
-constexpr const char* kMemCacheMagic = "hetcomm-memory 1";
+constexpr const char* kMemCacheMagic = "hetcomm-memory 2";  // 2: rates by buffer size
 // Payload per byte on the wire over TCP with a 1500-byte MTU: 1448 of 1538 (TCP/IP and Ethernet headers,
 // preamble and gap).
 constexpr double kTcpPayloadShare = 0.94;
@@ -352,33 +352,54 @@ Status dropProbeCache(const std::string& path) {
   return okStatus();
 }
 
-MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t bufferBytes) {
+namespace {
+
+// The smallest buffers the memory probe times (three of them fit a core's L2 on any current x86 or Arm server),
+// the factor between sizes, and the bytes each timed repeat moves at least (many calls on small buffers, so that
+// the clock's resolution and the call overhead do not count).
+constexpr size_t kMemSmallestBytes = 64 << 10, kMemSizeStep = 8, kMemRepeatBytes = 8 << 20;
+
+}  // namespace
+
+MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t largestBytes) {
   MemoryRates out;
   const ForeignLoad load(ourPids);
-  const size_t count = bufferBytes / 4;
+  largestBytes = std::max(largestBytes, kMemSmallestBytes);
+  const size_t count = largestBytes / 4;
   auto a = std::make_unique<float[]>(count), b = std::make_unique<float[]>(count), c = std::make_unique<float[]>(count);
   for (size_t i = 0; i < count; ++i) a[i] = b[i] = c[i] = 1.0f;  // touch every page before timing
   constexpr int kReps = 3;
-  std::vector<double> copyS, reduceS;
   const double wall0 = nowSec(), cpu0 = threadCpuSec();
-  for (int r = 0; r < kReps; ++r) {
-    double t0 = nowSec();
-    std::memcpy(a.get(), b.get(), bufferBytes);
-    copyS.push_back(nowSec() - t0);
-    t0 = nowSec();
-    kernels::reduce(a.get(), b.get(), c.get(), count, kernels::DataType::kFloat32, kernels::RedOp::kSum);
-    reduceS.push_back(nowSec() - t0);
+  bool agreed = true;
+  for (size_t bytes = kMemSmallestBytes;; bytes = std::min(bytes * kMemSizeStep, largestBytes)) {
+    const size_t calls = std::max<size_t>(1, kMemRepeatBytes / bytes), n = bytes / 4;
+    // One untimed call first: small buffers are then in cache, as in a call that reuses its buffers.
+    std::memcpy(a.get(), b.get(), bytes);
+    kernels::reduce(a.get(), b.get(), c.get(), n, kernels::DataType::kFloat32, kernels::RedOp::kSum);
+    std::vector<double> copyS, reduceS;
+    for (int r = 0; r < kReps; ++r) {
+      double t0 = nowSec();
+      for (size_t k = 0; k < calls; ++k) std::memcpy(a.get(), b.get(), bytes);
+      copyS.push_back((nowSec() - t0) / static_cast<double>(calls));
+      t0 = nowSec();
+      for (size_t k = 0; k < calls; ++k)
+        kernels::reduce(a.get(), b.get(), c.get(), n, kernels::DataType::kFloat32, kernels::RedOp::kSum);
+      reduceS.push_back((nowSec() - t0) / static_cast<double>(calls));
+    }
+    std::sort(copyS.begin(), copyS.end());
+    std::sort(reduceS.begin(), reduceS.end());
+    const double size = static_cast<double>(bytes);
+    out.bySize.push_back({size, size / copyS[0] / 1e9, size / reduceS[0] / 1e9});
+    agreed = agreed && copyS[1] <= copyS[0] / (1 - kMemRepeatTolerance) &&
+             reduceS[1] <= reduceS[0] / (1 - kMemRepeatTolerance);
+    if (bytes == largestBytes) break;
   }
   const double wall = nowSec() - wall0, cpu = threadCpuSec() - cpu0;
-  std::sort(copyS.begin(), copyS.end());
-  std::sort(reduceS.begin(), reduceS.end());
-  out.memcpyGBps = static_cast<double>(bufferBytes) / copyS[0] / 1e9;
-  out.reduceGBps = static_cast<double>(bufferBytes) / reduceS[0] / 1e9;
   out.trusted = true;
   if (cpu < 0.9 * wall) {
     out.trusted = false;
     out.why = format("the thread ran %.0f %% of the time", 100 * cpu / wall);
-  } else if (copyS[1] > copyS[0] / (1 - kMemRepeatTolerance) || reduceS[1] > reduceS[0] / (1 - kMemRepeatTolerance)) {
+  } else if (!agreed) {
     out.trusted = false;
     out.why = "repeats disagreed";
   } else if (std::string busy; load.busy(&busy)) {
@@ -386,6 +407,28 @@ MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t bufferByt
     out.why = busy;
   }
   return out;
+}
+
+std::string formatMemoryRates(const std::vector<topo::MemoryRate>& bySize) {
+  std::string text;
+  for (const topo::MemoryRate& m : bySize)
+    text += format("%s%.17g %.17g %.17g", text.empty() ? "" : " ", m.bytes, m.copyGBps, m.reduceGBps);
+  return text;
+}
+
+bool parseMemoryRates(const std::string& text, std::vector<topo::MemoryRate>* bySize) {
+  std::istringstream in(text);
+  std::vector<topo::MemoryRate> out;
+  topo::MemoryRate m;
+  while (in >> m.bytes >> m.copyGBps >> m.reduceGBps) {
+    const bool ok = std::isfinite(m.bytes) && std::isfinite(m.copyGBps) && std::isfinite(m.reduceGBps) &&
+                    m.copyGBps > 0 && m.reduceGBps > 0 && (out.empty() ? m.bytes > 0 : m.bytes > out.back().bytes);
+    if (!ok) return false;
+    out.push_back(m);
+  }
+  if (out.empty() || !(in >> std::ws).eof()) return false;
+  *bySize = std::move(out);
+  return true;
 }
 
 Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const topo::ClusterView& view) {
@@ -397,21 +440,22 @@ Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const
         dir.empty() ? "" : format("%s/memory-%016llx.txt", dir.c_str(), (unsigned long long)fnv1a(view.hosts()[host].id));
     MemoryRates r;
     std::ifstream in(path);
-    std::string magic;
+    std::string magic, line;
     if (probeMode() == 1 && !path.empty() && std::getline(in, magic) && magic == kMemCacheMagic &&
-        (in >> r.memcpyGBps >> r.reduceGBps) && r.memcpyGBps > 0 && r.reduceGBps > 0 && std::isfinite(r.memcpyGBps) &&
-        std::isfinite(r.reduceGBps)) {
+        std::getline(in, line) && parseMemoryRates(line, &r.bySize)) {
       HC_TRACE(Init, "memory rates of %s from cache %s", view.hosts()[host].name.c_str(), path.c_str());
     } else {
       r = measureMemoryRates(ctx.localPids);
-      HC_INFO(Init, "memory rates of host %s: memcpy %.2f GB/s, reduce %.2f GB/s%s", view.hosts()[host].name.c_str(),
-              r.memcpyGBps, r.reduceGBps, r.trusted ? "" : (" (not cached: " + r.why + ")").c_str());
+      HC_INFO(Init, "memory rates of host %s: memcpy %.2f GB/s, reduce %.2f GB/s out of cache, %.2f and %.2f in it%s",
+              view.hosts()[host].name.c_str(), r.bySize.back().copyGBps, r.bySize.back().reduceGBps,
+              r.bySize.front().copyGBps, r.bySize.front().reduceGBps,
+              r.trusted ? "" : (" (not cached: " + r.why + ")").c_str());
       if (r.trusted && !path.empty()) {
-        Status st = writeAtomically(path, format("%s\n%.17g %.17g\n", kMemCacheMagic, r.memcpyGBps, r.reduceGBps));
+        Status st = writeAtomically(path, format("%s\n%s\n", kMemCacheMagic, formatMemoryRates(r.bySize).c_str()));
         if (!st.ok()) HC_INFO(Init, "%s", std::string(st.message()).c_str());
       }
     }
-    mine = format("%.17g %.17g", r.memcpyGBps, r.reduceGBps);
+    mine = formatMemoryRates(r.bySize);
   }
   HC_ASSIGN_OR_RETURN(auto all, ctx.store->allGather(ctx.keyPrefix + "/memory-rates", ctx.rank, ctx.nranks,
                                                      std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
@@ -420,10 +464,8 @@ Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const
   std::vector<MemoryRates> rates(view.nhosts());
   for (int h = 0; h < view.nhosts(); ++h) {
     const int first = view.hosts()[h].ranks.front();
-    std::istringstream in(std::string(reinterpret_cast<const char*>(all[first].data()), all[first].size()));
     MemoryRates& r = rates[h];
-    if (!(in >> r.memcpyGBps >> r.reduceGBps) || !(r.memcpyGBps > 0) || !(r.reduceGBps > 0) ||
-        !std::isfinite(r.memcpyGBps) || !std::isfinite(r.reduceGBps))
+    if (!parseMemoryRates(std::string(reinterpret_cast<const char*>(all[first].data()), all[first].size()), &r.bySize))
       return remoteError("memory probe: rank %d sent malformed rates for host %s", first, view.hosts()[h].name.c_str());
     r.trusted = true;
   }

@@ -14,12 +14,12 @@
 //
 // A cached figure must not mislead every later run, so a figure is cached only when it can be trusted: it
 // agreed with its own repeat (two long streams within 25 %, two halves of the ping-pong within 2x) and the
-// machine was not busy with other work while it was taken (ForeignLoad). Otherwise it serves this communicator only. A communicator
-// whose collectives contradict cached figures by a wide margin drops the cache (Communicator), and the next init
-// measures again.
+// machine was not busy with other work while it was taken (ForeignLoad). Otherwise it serves this communicator only. A
+// communicator whose collectives contradict cached figures by a wide margin drops the cache (Communicator), and the
+// next init measures again.
 //
-// The same goes for each host's memory rates (probeMemoryRates): what one rank copies and reduces per second out
-// of cache, which the cost model charges for the copies and reductions a schedule makes.
+// The same goes for each host's memory rates (probeMemoryRates): what one rank copies and reduces per second, in
+// cache and out of it, which the cost model charges for the copies and reductions a schedule makes.
 #pragma once
 
 #include <functional>
@@ -32,6 +32,7 @@
 #include "common/deadline.h"
 #include "common/status.h"
 #include "topology/cluster.h"
+#include "topology/link_graph.h"
 #include "topology/link_matrix.h"
 #include "transports/transport.h"
 
@@ -74,14 +75,19 @@ struct ProbeContext {
 Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, std::vector<LinkClassProbe>& classes,
                         std::string* source, std::string* cacheFile = nullptr);
 
-// One host's memory rates, GB/s of output: memcpy, and a float32 sum of two inputs, over buffers larger than the
-// caches. trusted: the repeats agreed and the thread was not held off the CPU while timing.
+// One host's memory rates, GB/s of output: memcpy, and a float32 sum of two inputs, over buffers of each size from
+// 64 KiB (in a core's cache) up by 8x to `largestBytes` (larger than the caches). trusted: every size's repeats
+// agreed and the thread was not held off the CPU while timing.
 struct MemoryRates {
-  double memcpyGBps = 0, reduceGBps = 0;
+  std::vector<topo::MemoryRate> bySize;  // ascending bytes
   bool trusted = false;
   std::string why;  // when not trusted
 };
-MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t bufferBytes = 32 << 20);
+MemoryRates measureMemoryRates(const std::vector<int>& ourPids, size_t largestBytes = 32 << 20);
+// The rates as one line of text ("bytes copy reduce" per size), as the cache file and the ranks' exchange hold
+// them, and back; parsing refuses anything but ascending sizes with positive, finite rates.
+std::string formatMemoryRates(const std::vector<topo::MemoryRate>& bySize);
+bool parseMemoryRates(const std::string& text, std::vector<topo::MemoryRate>* bySize);
 // Every host's rates, in the view's host order: each host's first rank measures (or reads its host's cache),
 // then every rank learns them all. Collective over the ranks.
 Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const topo::ClusterView& view);

@@ -17,6 +17,13 @@ namespace hetcomm::topo {
 class ClusterView;
 class LinkMatrix;
 
+// What one rank copies (memcpy) and reduces (float32 sum of two inputs) per second, GB/s of output, over buffers
+// of `bytes` each.
+struct MemoryRate {
+  double bytes = 0, copyGBps = 0, reduceGBps = 0;
+  bool operator==(const MemoryRate&) const = default;
+};
+
 struct LinkGraph {
   struct HostNode {
     std::string name;
@@ -24,9 +31,10 @@ struct LinkGraph {
     int island = 0;          // ClusterView::islandOfHost: hosts joined by an RDMA fabric
     double memGBps = 0;      // a rank to or from the host's memory (the same-host link), GB/s
     int cores = 0;           // physical cores; 0 unknown
-    // What one rank of the host copies and reduces (float sum, out of cache) per second alone, GB/s of output;
-    // 0 unknown (the cost model then assumes typical figures).
-    double memcpyGBps = 0, reduceGBps = 0;
+    // What one rank of the host copies and reduces (float sum) per second alone, GB/s of output, by the size of
+    // its buffers: from buffers that stay in a core's cache to ones far larger than every cache, ascending. Empty:
+    // unknown (the cost model then assumes typical figures).
+    std::vector<MemoryRate> memory;
   };
   // One NIC of a host on a fabric: what it carries each way (full duplex), GB/s.
   struct Port {

@@ -23,7 +23,7 @@ class HierAllGather final : public HierAlgorithm {
   double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     return hierGatherUs(g, *h, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/true) +
-           worstMemoryUs(g, a.inPlace ? 0 : bytes, 0);
+           worstMemoryUs(g, a.inPlace ? 0 : bytes, 0, callBytes(a, g));
   }
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {

@@ -14,7 +14,8 @@ class RingAllGather final : public Algorithm {
     const std::vector<int> order = g.nicAwareOrder();
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
-    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) + worstMemoryUs(g, a.inPlace ? 0 : bytes, 0);
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) +
+           worstMemoryUs(g, a.inPlace ? 0 : bytes, 0, callBytes(a, g));
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

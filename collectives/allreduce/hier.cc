@@ -42,7 +42,8 @@ class HierAllReduce final : public HierAlgorithm {
     // Each level's reduce-scatter reduces (n-1)/n of what reaches it.
     double reduced = 0;
     for (size_t l = 0; l < L; ++l) reduced += bytes[l] / 2;
-    return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes) + worstMemoryUs(g, 0, reduced);
+    return pipelinedLevelsUs(g, *h, bytes, messages, pieces, passes) +
+           worstMemoryUs(g, 0, reduced, static_cast<double>(total));
   }
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {

@@ -54,7 +54,7 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     double reductions = p != n ? 1 : 0;
     for (int d = 1; d < p; d *= 2, ++reductions) us += stepUs([&](int i) { return i < p ? i ^ d : -1; });
     // Every step reduces the whole buffer, after a copy of the input into place (out of place).
-    return us + worstMemoryUs(g, a.inPlace ? 0 : bytes, reductions * bytes);
+    return us + worstMemoryUs(g, a.inPlace ? 0 : bytes, reductions * bytes, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

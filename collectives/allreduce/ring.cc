@@ -16,10 +16,10 @@ class RingAllReduce final : public Algorithm {
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     int n = g.nranks;
-    if (n == 1) return worstMemoryUs(g, a.inPlace ? 0 : bytes, 0);
+    if (n == 1) return worstMemoryUs(g, a.inPlace ? 0 : bytes, 0, bytes);
     // Each rank reduces the n-1 blocks it receives in the reduce-scatter.
     return 2.0 * (n - 1) * alphaUs + 2.0 * (n - 1) / n * bytes / (bwGBps * 1e3) +
-           worstMemoryUs(g, 0, (n - 1.0) / n * bytes);
+           worstMemoryUs(g, 0, (n - 1.0) / n * bytes, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

@@ -25,7 +25,7 @@ class HostSlotsAllReduce final : public Algorithm {
     double wait = 0;
     for (int q = 0; q < g.nranks; ++q)
       if (q != g.rank) wait = std::max(wait, 0.5 * g.alphaUs(q, g.rank));
-    return wait + worstMemoryUs(g, bytes, (g.nranks - 1) * bytes);
+    return wait + worstMemoryUs(g, bytes, (g.nranks - 1) * bytes, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

@@ -12,7 +12,7 @@ class PairwiseAlltoAll final : public Algorithm {
   double estimateUs(const Args& a, const GroupView& g) const override {
     const double alphaUs = g.ringAlphaUs(), bwGBps = g.ringBwGBps();
     double block = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return alphaUs + (g.nranks - 1) * block / (bwGBps * 1e3) + worstMemoryUs(g, block, 0);
+    return alphaUs + (g.nranks - 1) * block / (bwGBps * 1e3) + worstMemoryUs(g, block, 0, callBytes(a, g));
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

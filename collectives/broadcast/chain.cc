@@ -15,7 +15,7 @@ class ChainBroadcast final : public Algorithm {
   double estimateUs(const Args& a, const GroupView& g) const override {
     std::vector<int> chain = g.nicAwareChain(a.root);
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return pipelinedChainUs(g, chain, bytes) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0);
+    return pipelinedChainUs(g, chain, bytes) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

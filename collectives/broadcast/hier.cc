@@ -22,7 +22,7 @@ class HierBroadcast final : public HierAlgorithm {
 
   double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return rootedHierUs(a, g, *h, false) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0);
+    return rootedHierUs(a, g, *h, false) + memoryUs(g, a.root, a.inPlace ? 0 : bytes, 0, bytes);
   }
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {

@@ -17,7 +17,7 @@ class ChainReduce final : public Algorithm {
     std::vector<int> chain = g.nicAwareChain(a.root);
     std::reverse(chain.begin(), chain.end());  // partial sums flow to the root
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return pipelinedChainUs(g, chain, bytes) + worstMemoryUs(g, 0, bytes);
+    return pipelinedChainUs(g, chain, bytes) + worstMemoryUs(g, 0, bytes, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

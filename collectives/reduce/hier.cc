@@ -58,7 +58,7 @@ class HierReduce final : public HierAlgorithm {
 
   double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-    return rootedHierUs(a, g, *h, true) + worstMemoryUs(g, 0, bytes);
+    return rootedHierUs(a, g, *h, true) + worstMemoryUs(g, 0, bytes, bytes);
   }
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {

@@ -23,7 +23,7 @@ class HierReduceScatter final : public HierAlgorithm {
   double estimate(const Args& a, const GroupView& g, const Hierarchy* h) const override {
     const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
     return hierGatherUs(g, *h, a.count * kernels::sizeOf(a.dtype), kMaxPieces, /*topFirst=*/false) +
-           worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes);
+           worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes, callBytes(a, g));
   }
 
   Result<Schedule> planOn(const Args& a, const GroupView& g, const Hierarchy* h, Schedule s) const override {

@@ -15,7 +15,8 @@ class RingReduceScatter final : public Algorithm {
     const std::vector<int> order = g.nicAwareOrder();
     const double alphaUs = g.ringAlphaUs(order), bwGBps = g.ringBwGBps(order);
     double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));  // per rank
-    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) + worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes);
+    return (g.nranks - 1) * (alphaUs + bytes / (bwGBps * 1e3)) +
+           worstMemoryUs(g, 0, (g.nranks - 1.0) * bytes, callBytes(a, g));
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {

@@ -61,7 +61,7 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
     const int r = host.ranks.front();
     const double reduced = mode == FlowMode::kBroadcast ? 0 : dataBytes * (k - 1 + children[h]) / k;
     const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
-    local = std::max(local, shm + memoryUs(g, r, 0, reduced));
+    local = std::max(local, shm + memoryUs(g, r, 0, reduced, dataBytes));
   }
   return std::max(network, local) + flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes)).fillUs;
 }

@@ -496,6 +496,51 @@ TEST(Collectives, RecursiveDoublingEstimateSharesAHostsNic) {
   EXPECT_NEAR(recursiveDoublingAllReduce().estimateUs(a, viewOf(shape(5, 1, 1))), 4 * b / 1e3 + memory, 1e-6);
 }
 
+// Two ranks on one host with 2 cores whose memory copies and reduces 8x faster in cache than out of it.
+GroupView oneHostWithMemoryRates(int cores) {
+  auto graph = std::make_shared<topo::LinkGraph>();
+  topo::LinkGraph::HostNode host;
+  host.name = "h0";
+  host.ranks = {0, 1};
+  host.cores = cores;
+  host.memory = {{64 << 10, 40, 32}, {16 << 20, 5, 4}};
+  graph->hosts.push_back(host);
+  graph->hostOfRank = {0, 0};
+  GroupView g = viewOf(shape(1, 2, 1), 0, 10.0);
+  g.bw.assign(4, 1.0);
+  g.graph = graph;
+  return g;
+}
+
+// The memory rates follow the call's buffer size: the measured rate at a measured size, the nearest measured one
+// outside them, log-linear between (halfway in log size, halfway in rate); halved where two ranks share a core.
+TEST(Collectives, MemoryRatesFollowTheBufferSize) {
+  const GroupView g = oneHostWithMemoryRates(2);
+  EXPECT_DOUBLE_EQ(g.copyGBps(0, 64 << 10), 40);
+  EXPECT_DOUBLE_EQ(g.reduceGBps(1, 16 << 20), 4);
+  EXPECT_DOUBLE_EQ(g.copyGBps(0, 8), 40);
+  EXPECT_DOUBLE_EQ(g.reduceGBps(0, 1e12), 4);
+  EXPECT_NEAR(g.copyGBps(0, 1 << 20), 22.5, 1e-9);  // 2^20 is halfway between 2^16 and 2^24
+  EXPECT_NEAR(g.reduceGBps(0, 1 << 20), 18, 1e-9);
+  EXPECT_NEAR(oneHostWithMemoryRates(1).copyGBps(0, 64 << 10), 20, 1e-9);
+  // Without measured rates: the nominal (out of cache) figures at every size.
+  EXPECT_EQ(viewOf(shape(1, 2, 1)).copyGBps(0, 64 << 10), GroupView::kNominalCopyGBps);
+}
+
+// Two ranks move the same bytes by rd and by ring; rd saves a hop (alpha, 10 us here) and pays a copy of the input
+// and a reduction of the whole buffer instead of half. At 64 KiB that work is in cache (2.7 us: rd wins); at out-of-
+// cache rates it would be 22 us and the ring would be chosen. At 64 MiB the memory work decides for the ring.
+TEST(Collectives, SmallCallsChargeMemoryWorkAtCacheRates) {
+  const GroupView g = oneHostWithMemoryRates(2);
+  Args a;
+  a.kind = CollKind::kAllReduce;
+  a.count = 16 << 10;  // 64 KiB
+  EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "rd");
+  EXPECT_LT(recursiveDoublingAllReduce().estimateUs(a, g), ringAllReduce().estimateUs(a, g));
+  a.count = 16 << 20;  // 64 MiB
+  EXPECT_EQ(selectAlgorithm(a, g, "")->algo->name(), "ring");
+}
+
 // Every rank selects on its own, so every rank must predict the same times, even where the islands' fabrics
 // differ (here island 1's links are half as fast as island 0's); and across slow links hier wins every kind.
 TEST(Collectives, EveryRankPredictsTheSameTimesAndHierWinsEveryKind) {

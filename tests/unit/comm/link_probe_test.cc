@@ -209,13 +209,36 @@ TEST(ForeignLoad, SeesOtherProcesses) {
   EXPECT_NE(why.find("other processes"), std::string::npos) << why;
 }
 
-TEST(MemoryRates, MeasuredAndTrustedWhenQuiet) {
+// One rate per size, 64 KiB up by 8x, the largest asked for last; every rate positive.
+TEST(MemoryRates, MeasuredBySizeAndTrustedWhenQuiet) {
   const MemoryRates r = measureMemoryRates({static_cast<int>(getpid())}, 8 << 20);
-  EXPECT_GT(r.memcpyGBps, 0.1);
-  EXPECT_GT(r.reduceGBps, 0.1);
+  ASSERT_EQ(r.bySize.size(), 4u);
+  const double sizes[] = {64 << 10, 512 << 10, 4 << 20, 8 << 20};
+  for (size_t i = 0; i < r.bySize.size(); ++i) {
+    EXPECT_EQ(r.bySize[i].bytes, sizes[i]);
+    EXPECT_GT(r.bySize[i].copyGBps, 0.1);
+    EXPECT_GT(r.bySize[i].reduceGBps, 0.1);
+  }
   // Trust depends on the machine being quiet; the reason must say why when it is not.
   if (!r.trusted) {
     EXPECT_FALSE(r.why.empty());
+  }
+}
+
+// The cache file's and the exchange's text: read back bit for bit; anything else refused, not half read.
+TEST(MemoryRates, TextRoundTripsAndMalformedTextIsRefused) {
+  const std::vector<topo::MemoryRate> rates = {{65536, 31.25, 20.1}, {33554432, 5.0834872571499252, 3.5}};
+  std::vector<topo::MemoryRate> back;
+  ASSERT_TRUE(parseMemoryRates(formatMemoryRates(rates), &back));
+  EXPECT_EQ(back, rates);
+  ASSERT_TRUE(parseMemoryRates("65536 31 20", &back));  // one size is enough
+  EXPECT_EQ(back.size(), 1u);
+  // Empty; sizes not ascending; a rate of zero, NaN, or missing; trailing words; a negative size.
+  for (const char* bad :
+       {"", "65536 31 20 1024 5 3", "65536 0 20", "65536 31 nan", "65536 31 20 x", "65536 31", "-1 5 3"}) {
+    std::vector<topo::MemoryRate> out = rates;
+    EXPECT_FALSE(parseMemoryRates(bad, &out)) << bad;
+    EXPECT_EQ(out, rates) << bad;  // untouched
   }
 }
 
