@@ -143,164 +143,228 @@ void takeTurnsAtCentres(WeightedTree& wt) {
   wt.tree = wt.down = wt.turns.front();
 }
 
-// What each way of each hop costs under the gradient (port weights): cost[a * h + b][w] for a hop from a to b by
-// way w; no entry for hosts that share no fabric.
-using HopCosts = std::vector<std::vector<double>>;
+// What each way of each hop costs under the gradient (port weights), and for the tree searches, flat, the cheapest
+// way of each hop: a search reads h^2 of them, once per root per round, so they are found once per round.
+struct HopCosts {
+  int h = 0;
+  std::vector<std::vector<double>>
+      perWay;  // [a * h + b][w]: a hop from a to b by way w; none where no fabric is shared
+  // [u * h + v]: what u costs as v's parent, by the cheapest way (infinite where none): out, the hop u to v; in, the
+  // hop v to u; both, the two hops by one way. The ways they take beside them.
+  std::vector<double> out, in, both;
+  std::vector<int> outWay, inWay, bothWay;
+};
 
 HopCosts hopCosts(const topo::LinkGraph& g, const std::vector<double>& grad) {
   const int h = g.nhosts();
-  HopCosts cost(static_cast<size_t>(h) * h);
+  const size_t n = static_cast<size_t>(h) * h;
+  HopCosts cost;
+  cost.h = h;
+  cost.perWay.resize(n);
   for (int a = 0; a < h; ++a)
     for (int b = 0; b < h; ++b)
       for (const auto& way : g.waysOf(a, b)) {
         double c = 0;
         for (const auto& r : way.rails) c += r.share * (grad[2 * r.from] + grad[2 * r.to + 1]);
-        cost[static_cast<size_t>(a) * h + b].push_back(c);
+        cost.perWay[static_cast<size_t>(a) * h + b].push_back(c);
       }
+  cost.out.assign(n, kInf);
+  cost.in.assign(n, kInf);
+  cost.both.assign(n, kInf);
+  cost.outWay.assign(n, 0);
+  cost.inWay.assign(n, 0);
+  cost.bothWay.assign(n, 0);
+  for (int a = 0; a < h; ++a)
+    for (int b = 0; b < h; ++b) {
+      if (a == b) continue;
+      const size_t at = static_cast<size_t>(a) * h + b;
+      const std::vector<double>& ab = cost.perWay[at];
+      const std::vector<double>& ba = cost.perWay[static_cast<size_t>(b) * h + a];
+      // A way is usable when it goes both ways; the lowest-numbered of equally cheap ones.
+      for (size_t w = 0; w < ab.size() && w < ba.size(); ++w) {
+        if (ab[w] < cost.out[at]) {
+          cost.out[at] = ab[w];
+          cost.outWay[at] = static_cast<int>(w);
+        }
+        if (ab[w] + ba[w] < cost.both[at]) {
+          cost.both[at] = ab[w] + ba[w];
+          cost.bothWay[at] = static_cast<int>(w);
+        }
+      }
+    }
+  for (int u = 0; u < h; ++u)
+    for (int v = 0; v < h; ++v) {
+      cost.in[static_cast<size_t>(u) * h + v] = cost.out[static_cast<size_t>(v) * h + u];
+      cost.inWay[static_cast<size_t>(u) * h + v] = cost.outWay[static_cast<size_t>(v) * h + u];
+    }
   return cost;
 }
 
-// The cheapest spanning arborescence rooted at `root` (Chu-Liu/Edmonds): w[u * n + v] is what u costs as v's parent
-// (infinite: not allowed). Contracts the cycles the cheapest in-edges make, solves the smaller graph, and expands.
-// O(n^3): for the host counts where greedy trees leave too much on the table. Empty when some vertex cannot be
-// reached.
+}  // namespace
+
+// A path grows backwards from a vertex along each vertex's cheapest in-edge. When it closes on itself, the cycle is
+// contracted into one vertex whose in-edges cost what they cost over the cycle edge they would replace, and the path
+// goes on from there; when it reaches the root or a vertex already joined to it, every vertex on it is joined for
+// good. The contractions are then undone from the last: a cycle keeps every edge but the one its chosen in-edge
+// replaces. Contracting one cycle at a time, in place, matters: in a clique of equal links (an island) the cheapest
+// in-edges close one small cycle at a time, and a pass over the whole graph per cycle made the search O(n^3).
 std::vector<int> minArborescence(int n, int root, const std::vector<double>& w) {
-  std::vector<int> pre(n, -1);
-  for (int v = 0; v < n; ++v) {
-    if (v == root) continue;
-    for (int u = 0; u < n; ++u)
-      if (u != v && w[static_cast<size_t>(u) * n + v] < kInf &&
-          (pre[v] < 0 || w[static_cast<size_t>(u) * n + v] < w[static_cast<size_t>(pre[v]) * n + v]))
-        pre[v] = u;
-    if (pre[v] < 0) return {};
-  }
-  // Cycles among the chosen in-edges, each made one component; every other vertex a component of its own.
-  std::vector<int> comp(n, -1), seen(n, -1);
-  std::vector<char> onCycle(n, 0);
-  int ncomp = 0;
-  for (int v = 0; v < n; ++v) {
-    int u = v;
-    while (u != root && seen[u] < 0 && comp[u] < 0) {
-      seen[u] = v;
-      u = pre[u];
-    }
-    if (u != root && seen[u] == v && comp[u] < 0) {
-      for (int x = pre[u];; x = pre[x]) {
-        comp[x] = ncomp;
-        onCycle[x] = 1;
-        if (x == u) break;
+  // The contracted graph's vertices are named by one original member each (a rep); nodes of the contraction forest
+  // are the originals, 0 to n - 1, then each cycle in the order contracted.
+  std::vector<double> cost(w);  // [t * n + s]: from rep t into rep s, reduced by what s's cycles already pay
+  std::vector<int> orig(static_cast<size_t>(n) * n);  // the original edge, u * n + v, behind each entry
+  for (size_t i = 0; i < orig.size(); ++i) orig[i] = static_cast<int>(i);
+  std::vector<int> alive(n), node(n), path;  // alive: the reps, ascending; node: each rep's forest node
+  for (int v = 0; v < n; ++v) alive[v] = node[v] = v;
+  std::vector<int> up(2 * n, -1), chosen(2 * n, -1);  // per forest node: the cycle it went into; its in-edge
+  std::vector<std::vector<int>> cycles;               // per cycle node (from n): its members' forest nodes
+  std::vector<double> paid(n, 0);                     // per rep: the reduced cost of its chosen in-edge
+  enum : char { kFree, kOnPath, kJoined };
+  std::vector<char> state(n, kFree), inCycle(n, 0);
+  state[root] = kJoined;
+  for (int start = 0; start < n; ++start) {
+    if (state[start] != kFree || node[start] != start) continue;  // joined, or contracted into another rep
+    path.assign(1, start);
+    state[start] = kOnPath;
+    for (;;) {
+      const int a = path.back();
+      int b = -1;
+      for (int t : alive)
+        if (t != a && (b < 0 ? cost[static_cast<size_t>(t) * n + a] < kInf
+                             : cost[static_cast<size_t>(t) * n + a] < cost[static_cast<size_t>(b) * n + a]))
+          b = t;
+      if (b < 0) return {};
+      chosen[node[a]] = orig[static_cast<size_t>(b) * n + a];
+      paid[a] = cost[static_cast<size_t>(b) * n + a];
+      if (state[b] == kJoined) {
+        for (int v : path) state[v] = kJoined;
+        break;
       }
-      ++ncomp;
+      if (state[b] == kFree) {
+        state[b] = kOnPath;
+        path.push_back(b);
+        continue;
+      }
+      // b is on the path: the path from b on is a cycle, contracted into rep b.
+      const auto from = std::find(path.begin(), path.end(), b);
+      const std::vector<int> cycle(from, path.end());
+      path.erase(from + 1, path.end());
+      const int id = n + static_cast<int>(cycles.size());
+      cycles.emplace_back();
+      for (int m : cycle) {
+        cycles.back().push_back(node[m]);
+        up[node[m]] = id;
+        inCycle[m] = 1;
+      }
+      for (int t : alive) {
+        if (inCycle[t]) continue;
+        double bestIn = kInf, bestOut = kInf;
+        int origIn = -1, origOut = -1;
+        for (int m : cycle) {
+          const size_t tm = static_cast<size_t>(t) * n + m, mt = static_cast<size_t>(m) * n + t;
+          if (cost[tm] < kInf && cost[tm] - paid[m] < bestIn) {
+            bestIn = cost[tm] - paid[m];
+            origIn = orig[tm];
+          }
+          if (cost[mt] < bestOut) {
+            bestOut = cost[mt];
+            origOut = orig[mt];
+          }
+        }
+        cost[static_cast<size_t>(t) * n + b] = bestIn;
+        orig[static_cast<size_t>(t) * n + b] = origIn;
+        cost[static_cast<size_t>(b) * n + t] = bestOut;
+        orig[static_cast<size_t>(b) * n + t] = origOut;
+      }
+      for (int m : cycle) inCycle[m] = 0;
+      alive.erase(
+          std::remove_if(alive.begin(), alive.end(),
+                         [&](int t) { return t != b && std::find(cycle.begin(), cycle.end(), t) != cycle.end(); }),
+          alive.end());
+      node[b] = id;
     }
   }
-  if (ncomp == 0) return pre;
+  // Undo the contractions, the last first: each node's in-edge is the one it chose, but for the member of a cycle
+  // that holds the head of the cycle's in-edge, which takes that edge instead.
+  std::vector<int> in(chosen);
+  for (int id = n + static_cast<int>(cycles.size()) - 1; id >= n; --id) {
+    int holder = in[id] % n;
+    while (up[holder] != id) holder = up[holder];
+    for (int m : cycles[id - n])
+      if (m == holder) in[m] = in[id];
+  }
+  std::vector<int> parent(n, -1);
   for (int v = 0; v < n; ++v)
-    if (comp[v] < 0) comp[v] = ncomp++;
-  // Entering a cycle at v replaces v's cycle edge: its cost counts what that saves.
-  std::vector<double> w2(static_cast<size_t>(ncomp) * ncomp, kInf);
-  std::vector<std::pair<int, int>> orig(static_cast<size_t>(ncomp) * ncomp, {-1, -1});
-  for (int u = 0; u < n; ++u)
-    for (int v = 0; v < n; ++v) {
-      const double c = w[static_cast<size_t>(u) * n + v];
-      if (u == v || comp[u] == comp[v] || !(c < kInf) || v == root) continue;
-      const double reduced = onCycle[v] ? c - w[static_cast<size_t>(pre[v]) * n + v] : c;
-      const size_t at = static_cast<size_t>(comp[u]) * ncomp + comp[v];
-      if (reduced < w2[at]) {
-        w2[at] = reduced;
-        orig[at] = {u, v};
-      }
-    }
-  const std::vector<int> parent2 = minArborescence(ncomp, comp[root], w2);
-  if (parent2.empty()) return {};
-  std::vector<int> parent = pre;
-  for (int c = 0; c < ncomp; ++c) {
-    if (parent2[c] < 0) continue;
-    const auto [u, v] = orig[static_cast<size_t>(parent2[c]) * ncomp + c];
-    parent[v] = u;
-  }
+    if (v != root) parent[v] = in[v] / n;
   return parent;
 }
+
+namespace {
 
 constexpr int kExactTreeHosts = 32;  // up to this many hosts, directed trees are exact (Chu-Liu/Edmonds)
 
 // The cheapest tree under the hop costs, from `root` (kOut: edges away from it, kIn: towards it, kBoth: both
 // directions of a hop, then re-rooted at the centre), each hop by its cheapest way: Prim's algorithm, exact for
 // kBoth; for the directed uses Chu-Liu/Edmonds on clusters of up to kExactTreeHosts hosts, Prim (greedy) above.
-HostTree cheapestTree(int h, const HopCosts& cost, TreeUse use, int root) {
-  // The cheapest way between a (in the tree) and b (joining), and what it costs.
-  auto c = [&](int a, int b, int* way) {
-    const auto& ab = cost[static_cast<size_t>(a) * h + b];
-    const auto& ba = cost[static_cast<size_t>(b) * h + a];
-    double best = kInf;
-    for (size_t w = 0; w < ab.size() && w < ba.size(); ++w) {
-      const double x = use == TreeUse::kBoth ? ab[w] + ba[w] : use == TreeUse::kOut ? ab[w] : ba[w];
-      if (x < best) {
-        best = x;
-        *way = static_cast<int>(w);
-      }
-    }
-    return best;
-  };
-  std::vector<int> parent(h, -1), way(h, 0);
-  if (use != TreeUse::kBoth && h <= kExactTreeHosts) {
-    std::vector<double> w(static_cast<size_t>(h) * h, kInf);
-    std::vector<int> wayOf(static_cast<size_t>(h) * h, 0);
-    for (int u = 0; u < h; ++u)
-      for (int v = 0; v < h; ++v)
-        if (u != v) w[static_cast<size_t>(u) * h + v] = c(u, v, &wayOf[static_cast<size_t>(u) * h + v]);
-    parent = minArborescence(h, root, w);
-    if (!parent.empty()) {
-      HostTree t;
-      t.root = root;
-      t.way.assign(h, 0);
-      for (int v = 0; v < h; ++v)
-        if (parent[v] >= 0) t.way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
-      t.parent = std::move(parent);
-      finishTree(t);
-      return t;
-    }
-    parent.assign(h, -1);
-  }
-  std::vector<double> dist(h, kInf);
-  std::vector<char> in(h, 0);
-  in[root] = 1;
-  for (int v = 0; v < h; ++v)
-    if (!in[v]) {
-      dist[v] = c(root, v, &way[v]);
-      parent[v] = root;
-    }
-  for (int added = 1; added < h; ++added) {
-    int next = -1;
+HostTree cheapestTree(const HopCosts& cost, TreeUse use, int root) {
+  const int h = cost.h;
+  const std::vector<double>& w = use == TreeUse::kOut ? cost.out : use == TreeUse::kIn ? cost.in : cost.both;
+  const std::vector<int>& wayOf = use == TreeUse::kOut ? cost.outWay : use == TreeUse::kIn ? cost.inWay : cost.bothWay;
+  // A directed tree's children and depth wait for the packing's end (finishTree): most trees searched are not kept.
+  auto finish = [&](std::vector<int> parent) {
+    HostTree t;
+    t.root = root;
+    t.way.assign(h, 0);
     for (int v = 0; v < h; ++v)
-      if (!in[v] && (next < 0 || dist[v] < dist[next])) next = v;
-    in[next] = 1;
-    for (int v = 0; v < h; ++v) {
-      int w = 0;
-      if (!in[v]) {
-        const double x = c(next, v, &w);
-        if (x < dist[v]) {
-          dist[v] = x;
-          parent[v] = next;
-          way[v] = w;
-        }
-      }
+      if (parent[v] >= 0) t.way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
+    t.parent = std::move(parent);
+    return t;
+  };
+  if (use != TreeUse::kBoth && h <= kExactTreeHosts)
+    if (std::vector<int> parent = minArborescence(h, root, w); !parent.empty()) return finish(std::move(parent));
+  // Prim: each round takes the nearest host not in the tree (the lowest-numbered of equally near ones), found in the
+  // same pass that brings the others' distances up to date.
+  std::vector<int> parent(h, root);
+  std::vector<double> dist(w.begin() + static_cast<ptrdiff_t>(root) * h,
+                           w.begin() + static_cast<ptrdiff_t>(root + 1) * h);
+  std::vector<int> out;  // the hosts not in the tree, ascending
+  out.reserve(h);
+  parent[root] = -1;
+  int next = -1;
+  for (int v = 0; v < h; ++v)
+    if (v != root) {
+      out.push_back(v);
+      if (next < 0 || dist[v] < dist[next]) next = v;
     }
+  while (!out.empty()) {
+    out.erase(std::find(out.begin(), out.end(), next));
+    const double* row = w.data() + static_cast<size_t>(next) * h;
+    int nearest = -1;
+    for (int v : out) {
+      if (row[v] < dist[v]) {
+        dist[v] = row[v];
+        parent[v] = next;
+      }
+      if (nearest < 0 || dist[v] < dist[nearest]) nearest = v;
+    }
+    next = nearest;
   }
-  if (use == TreeUse::kBoth) return rootAtCentre(parent, way);
-  HostTree t;
-  t.root = root;
-  t.parent = std::move(parent);
-  t.way = std::move(way);
-  finishTree(t);
-  return t;
+  if (use != TreeUse::kBoth) return finish(std::move(parent));
+  std::vector<int> way(h, 0);
+  for (int v = 0; v < h; ++v)
+    if (parent[v] >= 0) way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
+  return rootAtCentre(parent, way);
 }
 
 // What a tree costs under the hop costs, hops out of the root (out) or into it.
-double treeCost(int h, const HopCosts& cost, const HostTree& t, bool out) {
+double treeCost(const HopCosts& cost, const HostTree& t, bool out) {
+  const int h = cost.h;
   double c = 0;
   for (int v = 0; v < h; ++v) {
     const int p = t.parent[v];
-    if (p >= 0) c += out ? cost[static_cast<size_t>(p) * h + v][t.way[v]] : cost[static_cast<size_t>(v) * h + p][t.way[v]];
+    if (p >= 0)
+      c += out ? cost.perWay[static_cast<size_t>(p) * h + v][t.way[v]]
+               : cost.perWay[static_cast<size_t>(v) * h + p][t.way[v]];
   }
   return c;
 }
@@ -432,15 +496,14 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   auto searchTree = [&](int r) {
     WeightedTree best;
     if (use != TreeUse::kBoth) {
-      best.tree = cheapestTree(h, costs, use, r);
+      best.tree = cheapestTree(costs, use, r);
     } else {
       // One tree both ways, or the best tree into a host and the best out of it.
-      best.tree = best.down = cheapestTree(h, costs, TreeUse::kBoth, 0);
-      double bestCost = treeCost(h, costs, best.tree, false) + treeCost(h, costs, best.down, true);
+      best.tree = best.down = cheapestTree(costs, TreeUse::kBoth, 0);
+      double bestCost = treeCost(costs, best.tree, false) + treeCost(costs, best.down, true);
       for (int root : reduceRoots) {
-        WeightedTree pair{
-            cheapestTree(h, costs, TreeUse::kIn, root), cheapestTree(h, costs, TreeUse::kOut, root), 0, {}};
-        const double c = treeCost(h, costs, pair.tree, false) + treeCost(h, costs, pair.down, true);
+        WeightedTree pair{cheapestTree(costs, TreeUse::kIn, root), cheapestTree(costs, TreeUse::kOut, root), 0, {}};
+        const double c = treeCost(costs, pair.tree, false) + treeCost(costs, pair.down, true);
         if (c < bestCost * (1 - 1e-9)) {
           bestCost = c;
           best = std::move(pair);
@@ -504,6 +567,8 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   for (size_t r = 0; r < roots; ++r)
     for (WeightedTree& wt : mix.trees[r]) {
       if (wt.weight < 1e-9) continue;
+      finishTree(wt.tree);
+      finishTree(wt.down);
       p.maxDepth = std::max({p.maxDepth, wt.tree.depth, wt.down.depth});
       p.byRoot[r].push_back(std::move(wt));
     }

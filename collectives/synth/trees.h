@@ -70,6 +70,11 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
 // packing over 32 hosts takes tens of milliseconds. Thread-safe; bounded in entries.
 std::shared_ptr<const Packing> sharedPacking(const topo::LinkGraph& g, TreeUse use, const std::vector<double>& demand);
 
+// The cheapest spanning arborescence rooted at `root`, as each vertex's parent (-1 at the root): w[u * n + v] is
+// what u costs as v's parent (infinite: not allowed). Empty when some vertex cannot be reached. Chu-Liu/Edmonds in
+// its dense O(n^2) form; packTrees' directed trees on up to 32 hosts; exposed for tests.
+std::vector<int> minArborescence(int n, int root, const std::vector<double>& w);
+
 // The load of a packing on every port direction, per unit of demand: [port * 2] egress, [port * 2 + 1] ingress,
 // in bytes per byte; exposed for tests.
 std::vector<double> portLoads(const topo::LinkGraph& g, const Packing& p);

@@ -1,11 +1,14 @@
 // Schedule synthesis (collectives/synth/): tree packings against the bounds of topology/bounds.h, and every
 // synthesised collective run by the real executor on random cluster shapes of 2 to 64 ranks, every element checked.
+#include "collectives/synth/synth.h"
+
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 
 #include "collectives/group_cache.h"
-#include "collectives/synth/synth.h"
+#include "collectives/synth/trees.h"
 #include "common/strings.h"
 #include "tests/unit/collectives/case_runner.h"
 #include "topology/bounds.h"
@@ -50,6 +53,59 @@ double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
       return p.usPerByte / (topo::collectiveBound(g, topo::BoundKind::kReduceScatter).usPerByte * n);
   }
   return 0;
+}
+
+// The cost of a parent array as an arborescence rooted at `root`; infinite when it is not one (a cycle, a missing
+// parent, an edge that is not allowed).
+double arborescenceCost(int n, int root, const std::vector<double>& w, const std::vector<int>& parent) {
+  double cost = 0;
+  for (int v = 0; v < n; ++v) {
+    if ((v == root) != (parent[v] < 0)) return std::numeric_limits<double>::infinity();
+    if (v == root) continue;
+    cost += w[static_cast<size_t>(parent[v]) * n + v];
+    int steps = 0;
+    for (int u = v; u != root; u = parent[u])
+      if (++steps > n) return std::numeric_limits<double>::infinity();
+  }
+  return cost;
+}
+
+// Chu-Liu/Edmonds against every parent array, on small graphs with many equal costs (cliques of equal links are
+// where cycles nest) and some edges missing.
+TEST(Synth, MinArborescenceIsTheCheapestOfAllTrees) {
+  const double inf = std::numeric_limits<double>::infinity();
+  std::mt19937 rng(7);
+  int unreachable = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    const int n = 2 + trial % 5, root = static_cast<int>(rng() % n);
+    const bool ties = trial % 2 == 0;
+    std::vector<double> w(static_cast<size_t>(n) * n, inf);
+    for (int u = 0; u < n; ++u)
+      for (int v = 0; v < n; ++v)
+        if (u != v && rng() % 6 != 0)
+          w[static_cast<size_t>(u) * n + v] =
+              ties ? 1.0 + rng() % 3 : std::uniform_real_distribution<double>(1, 10)(rng);
+    double best = inf;
+    std::vector<int> parent(n, -1);
+    std::vector<int> digits(n, 0);  // every parent array: vertex v's parent is digits[v] (the root's is ignored)
+    for (;;) {
+      for (int v = 0; v < n; ++v) parent[v] = v == root ? -1 : digits[v];
+      best = std::min(best, arborescenceCost(n, root, w, parent));
+      int v = 0;
+      while (v < n && ++digits[v] == n) digits[v++] = 0;
+      if (v == n) break;
+    }
+    const std::vector<int> got = synth::minArborescence(n, root, w);
+    SCOPED_TRACE(format("trial %d: %d vertices, root %d", trial, n, root));
+    if (best == inf) {
+      ++unreachable;
+      EXPECT_TRUE(got.empty());
+      continue;
+    }
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    EXPECT_NEAR(arborescenceCost(n, root, w, got), best, 1e-9);
+  }
+  EXPECT_GT(unreachable, 0);  // the draw covers graphs with no spanning tree
 }
 
 TEST(Synth, PackingsOfTheShippedClustersReachTheirBounds) {
