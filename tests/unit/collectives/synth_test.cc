@@ -313,7 +313,7 @@ TEST(Synth, PackingsAreSharedOnlyBetweenGraphsAlikeInTheirLinks) {
     spec.hosts.push_back(
         {"h" + std::to_string(h),
          1,
-         {{"ib0", topo::NicKind::kIb, 800 + 400 * (h == 2), "ib"}, {"eth0", topo::NicKind::kEth, 200, "eth"}}});
+         {{"ib0", topo::NicKind::kIb, h == 2 ? 1200u : 800u, "ib"}, {"eth0", topo::NicKind::kEth, 200, "eth"}}});
   topo::ClusterSpec renamed = spec, slower = spec;
   for (auto& h : renamed.hosts) h.name = "other-" + h.name, h.ranks = 2;
   slower.hosts[1].nics[1].rateMbps = 100;
