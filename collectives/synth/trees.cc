@@ -147,8 +147,8 @@ void takeTurnsAtCentres(WeightedTree& wt) {
 // way of each hop: a search reads h^2 of them, once per root per round, so they are found once per round.
 struct HopCosts {
   int h = 0;
-  std::vector<std::vector<double>>
-      perWay;  // [a * h + b][w]: a hop from a to b by way w; none where no fabric is shared
+  // [a * h + b][w]: a hop from a to b by way w; none where the hosts share no fabric.
+  std::vector<std::vector<double>> perWay;
   // [u * h + v]: what u costs as v's parent, by the cheapest way (infinite where none): out, the hop u to v; in, the
   // hop v to u; both, the two hops by one way. The ways they take beside them.
   std::vector<double> out, in, both;
