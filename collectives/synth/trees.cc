@@ -276,11 +276,8 @@ std::vector<int> minArborescence(int n, int root, const std::vector<double>& w) 
         cost[static_cast<size_t>(b) * n + t] = bestOut;
         orig[static_cast<size_t>(b) * n + t] = origOut;
       }
+      alive.erase(std::remove_if(alive.begin(), alive.end(), [&](int t) { return t != b && inCycle[t]; }), alive.end());
       for (int m : cycle) inCycle[m] = 0;
-      alive.erase(
-          std::remove_if(alive.begin(), alive.end(),
-                         [&](int t) { return t != b && std::find(cycle.begin(), cycle.end(), t) != cycle.end(); }),
-          alive.end());
       node[b] = id;
     }
   }
