@@ -307,13 +307,17 @@ HostTree cheapestTree(const HopCosts& cost, TreeUse use, int root) {
   const int h = cost.h;
   const std::vector<double>& w = use == TreeUse::kOut ? cost.out : use == TreeUse::kIn ? cost.in : cost.both;
   const std::vector<int>& wayOf = use == TreeUse::kOut ? cost.outWay : use == TreeUse::kIn ? cost.inWay : cost.bothWay;
+  auto waysTo = [&](const std::vector<int>& parent) {  // each host's hop from its parent, by the cheapest way
+    std::vector<int> way(h, 0);
+    for (int v = 0; v < h; ++v)
+      if (parent[v] >= 0) way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
+    return way;
+  };
   // A directed tree's children and depth wait for the packing's end (finishTree): most trees searched are not kept.
   auto finish = [&](std::vector<int> parent) {
     HostTree t;
     t.root = root;
-    t.way.assign(h, 0);
-    for (int v = 0; v < h; ++v)
-      if (parent[v] >= 0) t.way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
+    t.way = waysTo(parent);
     t.parent = std::move(parent);
     return t;
   };
@@ -347,10 +351,7 @@ HostTree cheapestTree(const HopCosts& cost, TreeUse use, int root) {
     next = nearest;
   }
   if (use != TreeUse::kBoth) return finish(std::move(parent));
-  std::vector<int> way(h, 0);
-  for (int v = 0; v < h; ++v)
-    if (parent[v] >= 0) way[v] = wayOf[static_cast<size_t>(parent[v]) * h + v];
-  return rootAtCentre(parent, way);
+  return rootAtCentre(parent, waysTo(parent));
 }
 
 // What a tree costs under the hop costs, hops out of the root (out) or into it.

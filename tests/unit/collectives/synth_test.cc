@@ -86,13 +86,16 @@ TEST(Synth, MinArborescenceIsTheCheapestOfAllTrees) {
           w[static_cast<size_t>(u) * n + v] =
               ties ? 1.0 + rng() % 3 : std::uniform_real_distribution<double>(1, 10)(rng);
     double best = inf;
-    std::vector<int> parent(n, -1);
-    std::vector<int> digits(n, 0);  // every parent array: vertex v's parent is digits[v] (the root's is ignored)
-    for (;;) {
-      for (int v = 0; v < n; ++v) parent[v] = v == root ? -1 : digits[v];
+    std::vector<int> parent(n, 0);
+    parent[root] = -1;
+    for (;;) {  // every parent array, counting through the non-root vertices' parents
       best = std::min(best, arborescenceCost(n, root, w, parent));
       int v = 0;
-      while (v < n && ++digits[v] == n) digits[v++] = 0;
+      for (; v < n; ++v) {
+        if (v == root) continue;
+        if (++parent[v] < n) break;
+        parent[v] = 0;
+      }
       if (v == n) break;
     }
     const std::vector<int> got = synth::minArborescence(n, root, w);
