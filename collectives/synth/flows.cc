@@ -10,7 +10,8 @@
 namespace hetcomm::coll::synth {
 namespace {
 
-constexpr size_t kMaxPieces = 64;
+// Pieces by the chunk size at most kMaxPieces; cut finer, where that pays (flowShape), kMaxFinerPieces.
+constexpr size_t kMaxPieces = 64, kMaxFinerPieces = 256;
 constexpr size_t kMaxSubsegments = 8;
 constexpr size_t kMinPaceWindow = 4;
 // Segments are cut no finer than this: below it a message's fixed costs swamp its bytes.
@@ -238,7 +239,7 @@ static double fillUs(const GroupView& g, const topo::LinkGraph& graph, const Pac
 }
 
 FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, FlowMode mode,
-                    size_t flowBytes) {
+                    size_t flowBytes, size_t flows) {
   FlowShape sh;
   const size_t perPiece = maxTrees(packing) * subsegments(graph);
   sh.segmentsPerPiece = perPiece;
@@ -247,13 +248,21 @@ FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Pack
   sh.pieces = std::clamp<size_t>(flowBytes / std::max<size_t>(1, pieceBytes), 1, kMaxPieces);
   // A flow too small for kMaxPieces such pieces (a few MiB and less) is cut finer: into twice the pacing window
   // at least, so that the pacing holds back half of it (every host sending its whole share at once filled the
-  // switch queues into the hosts of a slow fabric), then finer again while that pays: the pipeline's fill shrinks
-  // with the segment, and every segment costs a message on each hop, priced at the slowest hop's latency. As one
-  // piece, a 1 MiB allreduce on three-level-6 (scale 0.6) took 134 ms against the ring's 131 (each host forwards
-  // a segment only once it has all of it, and 50 ms queues dropped packets); in 8 pieces, all in flight at once,
-  // 96-120 ms; in 16 pieces, 8 in flight, 82 ms, as estimated.
+  // switch queues into the hosts of a slow fabric). As one piece, a 1 MiB allreduce on three-level-6 (scale 0.6)
+  // took 134 ms against the ring's 131 (each host forwards a segment only once it has all of it, and 50 ms queues
+  // dropped packets); in 8 pieces, all in flight at once, 96-120 ms; in 16 pieces, 8 in flight, 82 ms, as estimated.
+  //
+  // Then finer again, at any size, while that pays. Every tree spans every host, so each hop of a piece's way
+  // passes the whole piece (all its segments) through the hosts' ports, the binding one included: the binding
+  // port idles for that many piece-times while the first piece comes to it (the result's way back, in an
+  // allreduce) and the last leaves. So the pipeline's ends cost hops x the piece's time at the binding port,
+  // and every segment costs a message on each hop, priced at the slowest hop's latency, once per flow. Measured
+  // on three-level-6 (scale 0.6), 64 MiB allreduce: 64 pieces of 1 MiB 5.40-5.70 s (the binding Ethernet ports
+  // idled for about 0.3 s at each end of a call, sampled from the emulated NICs' counters), 128 pieces 5.15-5.20,
+  // 256 pieces 4.89-5.01, 512 pieces 4.96-5.14 (each piece's segments are messages on a host's cores, which the
+  // probe's latency does not price: hence kMaxFinerPieces).
   const size_t window = std::max<size_t>(kMinPaceWindow, 2 * static_cast<size_t>(packing.maxDepth) + 2);
-  const size_t finest = std::clamp<size_t>(flowBytes / (perPiece * kMinSegmentBytes), 1, kMaxPieces);
+  const size_t finest = std::clamp<size_t>(flowBytes / (perPiece * kMinSegmentBytes), 1, kMaxFinerPieces);
   sh.pieces = std::max(sh.pieces, std::min(finest, 2 * window));
   double alphaMax = 0;
   for (int a = 0; a < graph.nhosts(); ++a)
@@ -263,15 +272,17 @@ FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Pack
     const double segment = static_cast<double>(flowBytes) / static_cast<double>(pieces * perPiece);
     return fillUs(g, graph, packing, mode, segment);
   };
-  auto messagesUs = [&](size_t pieces) { return static_cast<double>(pieces * perPiece) * alphaMax; };
-  sh.fillUs = fillAt(sh.pieces);
-  double best = sh.fillUs + messagesUs(sh.pieces);
+  auto messagesUs = [&](size_t pieces) { return static_cast<double>(pieces * perPiece * flows) * alphaMax; };
+  const double hops = static_cast<double>(mode == FlowMode::kAllReduce ? 2 * packing.maxDepth : packing.maxDepth);
+  const double networkUs = packing.usPerByte * static_cast<double>(flowBytes);
+  auto endsUs = [&](size_t pieces) { return hops * networkUs / static_cast<double>(pieces); };
+  double best = endsUs(sh.pieces) + messagesUs(sh.pieces);
   for (size_t pieces = sh.pieces * 2; pieces <= finest; pieces *= 2)
-    if (const double fill = fillAt(pieces); fill + messagesUs(pieces) < best) {
-      best = fill + messagesUs(pieces);
+    if (const double cost = endsUs(pieces) + messagesUs(pieces); cost < best) {
+      best = cost;
       sh.pieces = pieces;
-      sh.fillUs = fill;
     }
+  sh.fillUs = fillAt(sh.pieces);
   sh.window = std::min(sh.pieces, window);
   return sh;
 }
@@ -281,7 +292,7 @@ void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, co
   const size_t esz = kernels::sizeOf(s.dtype);
   size_t most = 0;
   for (const Flow& f : flows) most = std::max(most, f.count);
-  const FlowShape shape = flowShape(g, graph, packing, mode, most * esz);
+  const FlowShape shape = flowShape(g, graph, packing, mode, most * esz, flows.size());
   const size_t P = shape.pieces, W = shape.window, S = subsegments(graph), T = maxTrees(packing);
   Emitter emit(s, g, graph, mode, esz);
 

@@ -40,16 +40,16 @@ struct Flow {
   std::function<Slice(int rank, size_t lo, size_t n)> in, out;
 };
 
-// How the flows are cut: pieces per flow, segments per piece of one flow (parts times subsegments), pieces in
-// flight (the pacing window), and for the estimate the pipeline's fill at that cut: one segment's way through
-// the trees and the host levels (each hop alpha plus the segment over its own link) less its slowest hop, the
-// longest over the trees, in microseconds.
+// How `flows` flows of flowBytes at most are cut: pieces per flow, segments per piece of one flow (parts times
+// subsegments), pieces in flight (the pacing window), and for the estimate the pipeline's fill at that cut: one
+// segment's way through the trees and the host levels (each hop alpha plus the segment over its own link) less its
+// slowest hop, the longest over the trees, in microseconds.
 struct FlowShape {
   size_t pieces = 1, segmentsPerPiece = 1, window = 1;
   double fillUs = 0;
 };
 FlowShape flowShape(const GroupView& g, const topo::LinkGraph& graph, const Packing& packing, FlowMode mode,
-                    size_t flowBytes);
+                    size_t flowBytes, size_t flows);
 
 // Appends this rank's steps for every flow to s (whose dtype, op and nranks are set) and sets s.scratchBytes.
 // Every rank must call it with the same arguments but its own g.rank.

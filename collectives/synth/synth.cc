@@ -1,6 +1,7 @@
 #include "collectives/synth/synth.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "collectives/group_cache.h"
 
@@ -63,7 +64,8 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
     const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
     local = std::max(local, shm + memoryUs(g, r, 0, reduced, dataBytes));
   }
-  return std::max(network, local) + flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes)).fillUs;
+  const size_t flows = flowBytes > 0 ? static_cast<size_t>(std::llround(dataBytes / flowBytes)) : 1;
+  return std::max(network, local) + flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes), flows).fillUs;
 }
 
 double SynthAlgorithm::estimateUs(const Args& a, const GroupView& g) const {

@@ -293,6 +293,30 @@ TEST(Synth, NoAlgorithmPredictsFasterThanTheBound) {
   }
 }
 
+// A large flow is cut finer than the chunk size gives where the pipeline's ends cost more than the extra messages:
+// over slow links each hop of the first and last piece keeps the binding port idle for a piece's time (three-level-6,
+// 64 MiB allreduce: 64 pieces 5.40-5.70 s, 256 pieces 4.89-5.01 s), over fast ones the messages cost more. One
+// flow per rank (allgather) multiplies the messages, so its flows are cut less finely.
+TEST(Synth, LargeFlowsOverSlowLinksAreCutFiner) {
+  auto spec = topo::loadClusterSpec(std::string(HETCOMM_SOURCE_DIR) + "/clusters/three-level-6.json");
+  ASSERT_TRUE(spec.has_value());
+  auto shapeOf = [](const topo::ClusterSpec& s, size_t flows) {
+    auto g = graphOf(s);
+    const GroupView v = GroupView::fromGraph(0, g, 512 << 10);
+    const synth::Packing p = synth::packTrees(*g, synth::TreeUse::kBoth, std::vector<double>(g->nhosts(), 1.0));
+    return synth::flowShape(v, *g, p, synth::FlowMode::kAllReduce, 64 << 20, flows);
+  };
+  const synth::FlowShape slow = shapeOf(*spec, 1);
+  EXPECT_GT(slow.pieces, 64u);   // finer than 64 MiB in pieces of two chunks
+  EXPECT_LE(slow.pieces, 256u);  // kMaxFinerPieces
+  EXPECT_GE((64u << 20) / (slow.pieces * slow.segmentsPerPiece), 8u << 10);  // kMinSegmentBytes
+  EXPECT_LT(shapeOf(*spec, 64).pieces, slow.pieces);
+  topo::ClusterSpec fast = *spec;
+  for (auto& h : fast.hosts)
+    for (auto& nic : h.nics) nic.rateMbps *= 1000;
+  EXPECT_EQ(shapeOf(fast, 1).pieces, 64u);
+}
+
 TEST(Synth, AppliesOnlyWhereTheGraphSpansHosts) {
   GroupView g;
   g.nranks = 4;
