@@ -1,7 +1,6 @@
 #include "collectives/synth/synth.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "collectives/group_cache.h"
 
@@ -40,8 +39,9 @@ namespace {
 constexpr double kTreeEfficiency = 0.92;
 }  // namespace
 
-double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
-                  double flowBytes) {
+double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double flowBytes,
+                  size_t flows) {
+  const double dataBytes = flowBytes * static_cast<double>(flows);
   const topo::LinkGraph& graph = *g.graph;
   const double network = p.usPerByte * unitBytes / kTreeEfficiency;
   // Per host, the children a segment's owner takes partial sums from, averaged over the trees by weight and demand.
@@ -64,14 +64,13 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
     const double shm = k > 1 ? phases * dataBytes * (k - 1) / k / (host.memGBps * 1e3) : 0;
     local = std::max(local, shm + memoryUs(g, r, 0, reduced, dataBytes));
   }
-  const size_t flows = flowBytes > 0 ? static_cast<size_t>(std::llround(dataBytes / flowBytes)) : 1;
   return std::max(network, local) + flowShape(g, graph, p, mode, static_cast<size_t>(flowBytes), flows).fillUs;
 }
 
 double SynthAlgorithm::estimateUs(const Args& a, const GroupView& g) const {
   const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
-  const double flows = perRank() ? g.nranks : 1;
-  return synth::estimateUs(g, *packingFor(g, use(), rootHost(a, g)), mode(), bytes, bytes * flows, bytes);
+  const size_t flows = perRank() ? static_cast<size_t>(g.nranks) : 1;
+  return synth::estimateUs(g, *packingFor(g, use(), rootHost(a, g)), mode(), bytes, bytes, flows);
 }
 
 Result<Schedule> SynthAlgorithm::plan(const Args& a, const GroupView& g) const {

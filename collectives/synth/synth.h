@@ -25,9 +25,10 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
 //             link, less the slowest hop, which the network term already counts (the other pieces follow in its
 //             wake)
 // The network and the local work overlap (different pieces), so the larger of the two counts.
-// dataBytes: what every host handles in all (the buffer; allgather and reduce-scatter: all blocks).
-double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double dataBytes,
-                  double flowBytes);
+// flows flows of flowBytes each (one for the buffer; allgather and reduce-scatter: one per rank's block): every
+// host handles flows x flowBytes in all.
+double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double flowBytes,
+                  size_t flows);
 
 // What the five synthesised algorithms share: their name, where they apply, their estimate and their plan, from
 // what each says of itself: its kind, how its trees are used, how data flows through them, where their roots are,
