@@ -10,7 +10,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libboost-dev libssl-dev nlohmann-json3-dev libcli11-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libucx-dev ucx-utils libibverbs-dev rdma-core libhwloc-dev hwloc libopenblas-dev
+  libucx-dev ucx-utils libibverbs-dev rdma-core libhwloc-dev hwloc libopenblas-dev libglpk-dev
   iproute2 procps time
   python3-torch libtorch-dev pybind11-dev python3-matplotlib
   openmpi-bin openssl slurmctld slurmd slurm-client munge

@@ -14,8 +14,12 @@
 //
 // The method is Frank-Wolfe on a smoothed maximum of the port loads: each round finds, for every root, the tree that
 // is cheapest under the gradient (Prim's algorithm; exact for kBoth, greedy for the directed ones), and moves the
-// mix a step towards it. The trees found are then pruned to the heaviest few per root and their weights
-// re-balanced. Deterministic: the same graph gives the same trees on every rank.
+// mix a step towards it. On up to 32 hosts (where the directed searches are exact too) the packing's linear program
+// then takes over (packing_lp.h, GLPK): its exact optimum over those trees and the ones its prices lead the
+// searches to, pruned to a few trees per root one tree at a time, the weights solved again after each cut; the
+// directed packings then meet their bounds (ForestColl's condition). Above 32 hosts, or where the simplex fails,
+// Frank-Wolfe's trees are pruned to the heaviest few per root and their weights re-balanced by more rounds.
+// Deterministic: the same graph gives the same trees on every rank.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,49 @@
+// packing_lp.h: the tree packing as a linear program, solved exactly (GLPK's simplex). Frank-Wolfe (trees.cc)
+// finds good trees fast but settles near the optimum, not on it, and pruning its mix to a few trees loses more: on
+// a random cluster of three hosts whose NICs join only some of the others (hetcomm-topo --random-cluster 5) its
+// allreduce packing came out 1.168 times the bound, where the best tree packing reaches the bound exactly.
+//
+// The program, over the trees found so far (its columns):
+//   minimise z, the most loaded port direction's load over its rate,
+//   with, per root r, its trees' weights summing to 1,
+//   and, per port direction e, the demand-weighted load of the trees on e at most z times e's rate.
+// Its dual prices say which tree would lower z (column generation): a tree of root r whose load, priced per port
+// direction, costs less than r's own price. packTrees searches such trees with the same exact searches that
+// Frank-Wolfe uses, so the loop ends at the optimum over every tree those searches can return.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace hetcomm::coll::synth {
+
+class PackingLp {
+ public:
+  // rates[e] > 0 per port direction (GB/s); demand[r] >= 0 per root (a root without demand gets no row).
+  PackingLp(std::vector<double> rates, std::vector<double> demand);
+  ~PackingLp();
+  PackingLp(const PackingLp&) = delete;
+  PackingLp& operator=(const PackingLp&) = delete;
+
+  // A tree of root r (with demand) whose load per unit of its root's data is load[e] bytes per byte on port
+  // direction e; returns its column.
+  size_t addTree(int root, const std::vector<double>& load);
+  // Columns that may no longer carry weight (pruned trees).
+  void exclude(size_t column);
+
+  // Solves from the last basis; false where the simplex fails (then nothing below is meaningful).
+  bool solve();
+  double congestion() const;  // z: us per byte of unit demand x 1e3, as maxCongestion measures it
+  double weight(size_t column) const;
+  // Per port direction, what a byte of load there costs at the optimum (>= 0); per root, what a tree of it must
+  // cost less than, priced so, to lower z: demand[r] x sum of load[e] x price(e) < rootPrice(r).
+  std::vector<double> portPrices() const;
+  double rootPrice(int root) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hetcomm::coll::synth
