@@ -34,6 +34,10 @@ std::shared_ptr<const topo::LinkGraph> shipped(const std::string& name) {
   return graphOf(*spec);
 }
 
+// Where a bound is reachable, how far above it a packing may be: Frank-Wolfe's packing stands where the exact one
+// (packing_lp.h) is not 1 % lighter.
+constexpr double kWithinExact = 1.0102;
+
 // The packing's bandwidth time over the bound's, for the collective the use serves (1: optimal).
 double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
   std::vector<double> demand(g.nhosts(), 0.0);
@@ -116,18 +120,18 @@ TEST(Synth, PackingsOfTheShippedClustersReachTheirBounds) {
                            "dualnic-4", "three-level-6"}) {
     auto g = shipped(name);
     SCOPED_TRACE(name);
-    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, -1), 1.02);
-    EXPECT_LT(overBound(*g, synth::TreeUse::kIn, -1), 1.02);
-    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, 0), 1.02);
-    EXPECT_LT(overBound(*g, synth::TreeUse::kIn, g->nhosts() - 1), 1.02);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, -1), kWithinExact);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kIn, -1), kWithinExact);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kOut, 0), kWithinExact);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kIn, g->nhosts() - 1), kWithinExact);
     // dualnic-4: the aggregate bound counts h0's and h1's InfiniBand NICs as if they could carry any host's
     // transfers, but that fabric joins only the two of them: per element at most one reduction and one result
     // cross it, so the other 4 of the 6 transfers share 300 Mbit/s of Ethernet egress: 1/75 against 1/83.3 s per MB,
     // which the packing reaches, and no tree packing does better (the packing is the linear program's optimum).
-    if (std::string(name) == "dualnic-4")
-      EXPECT_NEAR(overBound(*g, synth::TreeUse::kBoth, -1), 83.333 / 75, 1e-3);
-    else
-      EXPECT_LT(overBound(*g, synth::TreeUse::kBoth, -1), 1.001);
+    // (Frank-Wolfe's packing is kept where the exact one is not 1 % lighter: within 1.0102 of the optimum.)
+    const double best = std::string(name) == "dualnic-4" ? 83.333 / 75 : 1;
+    EXPECT_GT(overBound(*g, synth::TreeUse::kBoth, -1), best - 1e-3);
+    EXPECT_LT(overBound(*g, synth::TreeUse::kBoth, -1), best * kWithinExact);
   }
 }
 
@@ -157,9 +161,9 @@ TEST(Synth, PackingsOfRandomClustersNearTheirBounds) {
     }
   }
   RecordProperty("worst_over_bound", format("directed %.3f, allreduce %.3f", worstDirected, worstBoth));
-  // The directed packings are exact (column generation over exact tree searches) and their bounds are reachable
-  // (ForestColl): the two meet. Frank-Wolfe alone came to 1.106 and 1.296.
-  EXPECT_LT(worstDirected, 1.001);
+  // The directed packings' bounds are reachable (ForestColl) and the exact packing reaches them; Frank-Wolfe's is
+  // kept only within 1 % of it. Frank-Wolfe alone came to 1.106 and 1.296.
+  EXPECT_LT(worstDirected, kWithinExact);
   EXPECT_LT(worstBoth, 1.2);
 }
 
