@@ -8,8 +8,9 @@
 namespace hetcomm::coll::synth {
 namespace {
 
-// GLPK keeps its environment per thread only where it was built so; one lock over every call is safe either way,
-// and the programs are small (a packing is solved once per group and shape).
+// GLPK keeps its environment per thread only where it was built so. One program at a time in the process, the lock
+// held for its whole life, is safe either way and lets each program free the environment when it is done (a thread
+// that ends with it allocated leaks it); the programs are small (a packing is solved once per group and shape).
 std::mutex& glpkLock() {
   static std::mutex mu;
   return mu;
@@ -23,6 +24,7 @@ constexpr double kTieBreak = 1e-9;
 }  // namespace
 
 struct PackingLp::Impl {
+  std::unique_lock<std::mutex> held{glpkLock()};  // first: taken before, and given back after, all the rest
   glp_prob* lp = nullptr;
   std::vector<double> rates, demand;
   std::vector<int> rootRow;  // per root: its row, 0 where it has no demand
@@ -33,7 +35,6 @@ struct PackingLp::Impl {
 };
 
 PackingLp::PackingLp(std::vector<double> rates, std::vector<double> demand) : impl_(std::make_unique<Impl>()) {
-  std::lock_guard<std::mutex> lock(glpkLock());
   Impl& m = *impl_;
   m.rates = std::move(rates);
   m.demand = std::move(demand);
@@ -66,12 +67,11 @@ PackingLp::PackingLp(std::vector<double> rates, std::vector<double> demand) : im
 }
 
 PackingLp::~PackingLp() {
-  std::lock_guard<std::mutex> lock(glpkLock());
   glp_delete_prob(impl_->lp);
+  glp_free_env();
 }
 
 size_t PackingLp::addTree(int root, const std::vector<double>& load) {
-  std::lock_guard<std::mutex> lock(glpkLock());
   Impl& m = *impl_;
   std::vector<int> ind{0, m.rootRow[root]};
   std::vector<double> val{0, 1};
@@ -88,13 +88,11 @@ size_t PackingLp::addTree(int root, const std::vector<double>& load) {
 }
 
 void PackingLp::exclude(size_t column) {
-  std::lock_guard<std::mutex> lock(glpkLock());
   glp_set_col_bnds(impl_->lp, impl_->columns[column], GLP_FX, 0, 0);
   impl_->excluded = true;
 }
 
 bool PackingLp::solve() {
-  std::lock_guard<std::mutex> lock(glpkLock());
   glp_smcp parm;
   glp_init_smcp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
@@ -113,29 +111,19 @@ bool PackingLp::solve() {
   return glp_get_status(impl_->lp) == GLP_OPT;
 }
 
-double PackingLp::congestion() const {
-  std::lock_guard<std::mutex> lock(glpkLock());
-  return glp_get_col_prim(impl_->lp, impl_->zColumn);
-}
+double PackingLp::congestion() const { return glp_get_col_prim(impl_->lp, impl_->zColumn); }
 
 double PackingLp::weight(size_t column) const {
-  std::lock_guard<std::mutex> lock(glpkLock());
   return std::max(0.0, glp_get_col_prim(impl_->lp, impl_->columns[column]));
 }
 
 std::vector<double> PackingLp::portPrices() const {
-  std::lock_guard<std::mutex> lock(glpkLock());
   const Impl& m = *impl_;
   std::vector<double> price(m.rates.size());
   // A <= row of a minimisation has a dual <= 0: its negative is what a unit of (load / rate) there costs.
   for (size_t e = 0; e < m.rates.size(); ++e)
     price[e] = std::max(0.0, -glp_get_row_dual(m.lp, m.firstPortRow + static_cast<int>(e))) / m.rates[e];
   return price;
-}
-
-double PackingLp::rootPrice(int root) const {
-  std::lock_guard<std::mutex> lock(glpkLock());
-  return impl_->rootRow[root] ? glp_get_row_dual(impl_->lp, impl_->rootRow[root]) : 0;
 }
 
 }  // namespace hetcomm::coll::synth

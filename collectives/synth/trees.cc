@@ -645,10 +645,10 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   // reach the same bottleneck, the program's optimum is a vertex with many ports loaded to the full, and Frank-
   // Wolfe's smoothed maximum leaves the others less loaded (64 MiB on random-3 at scale 0.22: allgather 2.25 s
   // against the program's 2.31-2.44, allreduce 2.96 against 3.01-3.04, the bottlenecks within 0.3 %).
-  Mix smooth = h <= kExactTreeHosts ? mix : Mix{};
   if (h > kExactTreeHosts) {
     pruneAndRebalance(g, demand, keep, mix);
   } else {
+    Mix smooth = mix;  // before the program's searches add to mix
     pruneAndRebalance(g, demand, keep, smooth);
     if (!solveExactly(g, demand, keep, mix, searchTree, costs) ||
         maxCongestion(g, totalLoad(mix, demand, size)) >
