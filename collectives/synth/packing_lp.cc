@@ -103,12 +103,13 @@ bool PackingLp::solve() {
   parm.it_lim = kIterationLimit;
   parm.tm_lim = kTimeLimitMs;
   impl_->excluded = false;
-  if (glp_simplex(impl_->lp, &parm) != 0) {
-    // The last basis went singular: start again from an advanced one.
+  int rc = glp_simplex(impl_->lp, &parm);
+  if (rc == GLP_EBADB || rc == GLP_ESING || rc == GLP_ECOND) {
+    // The last basis went singular: start again from an advanced one. (Past a limit, not again: that would double it.)
     glp_adv_basis(impl_->lp, 0);
-    if (glp_simplex(impl_->lp, &parm) != 0) return false;
+    rc = glp_simplex(impl_->lp, &parm);
   }
-  return glp_get_status(impl_->lp) == GLP_OPT;
+  return rc == 0 && glp_get_status(impl_->lp) == GLP_OPT;
 }
 
 double PackingLp::congestion() const { return glp_get_col_prim(impl_->lp, impl_->zColumn); }

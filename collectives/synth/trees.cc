@@ -576,9 +576,10 @@ bool solveExactly(const topo::LinkGraph& g, const std::vector<double>& demand, s
     if (!lp.solve()) return false;
   }
   for (size_t r = 0; r < roots; ++r)
-    for (size_t t = 0; t < mix.trees[r].size(); ++t)  // the last round's search may have found trees not added
-      mix.trees[r][t].weight =
-          t < column[r].size() && lp.weight(column[r][t]) > kNegligibleWeight ? lp.weight(column[r][t]) : 0;
+    for (size_t t = 0; t < mix.trees[r].size(); ++t) {  // the last round's search may have found trees not added
+      const double w = t < column[r].size() ? lp.weight(column[r][t]) : 0;
+      mix.trees[r][t].weight = w > kNegligibleWeight ? w : 0;
+    }
   return true;
 }
 
