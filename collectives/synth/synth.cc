@@ -10,14 +10,19 @@ bool applies(const GroupView& g) {
   return g.graph && g.graph->nhosts() >= 2 && g.graph->nranks() == g.nranks && g.graph->connected();
 }
 
+namespace {
+// Per host, its share of the data: all of it at rootHost, or (-1) its rank count.
+std::vector<double> demandFor(const topo::LinkGraph& graph, int rootHost) {
+  std::vector<double> demand(graph.nhosts(), 0.0);
+  for (int h = 0; h < graph.nhosts(); ++h)
+    if (rootHost < 0 || h == rootHost) demand[h] = rootHost < 0 ? static_cast<double>(graph.hosts[h].ranks.size()) : 1;
+  return demand;
+}
+}  // namespace
+
 std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int rootHost) {
   const topo::LinkGraph& graph = *g.graph;
-  auto derive = [&] {
-    std::vector<double> demand(graph.nhosts(), 0.0);
-    for (int h = 0; h < graph.nhosts(); ++h)
-      if (rootHost < 0 || h == rootHost) demand[h] = rootHost < 0 ? static_cast<double>(graph.hosts[h].ranks.size()) : 1;
-    return sharedPacking(graph, use, demand);
-  };
+  auto derive = [&] { return sharedPacking(graph, use, demandFor(graph, rootHost)); };
   if (!g.cache) return derive();
   const std::pair<int, int> key{static_cast<int>(use), use == TreeUse::kBoth ? -1 : rootHost};
   {
@@ -93,6 +98,35 @@ Flow wholeBuffer(const Args& a, const std::vector<WeightedTree>& trees, int fixe
   f.in = [esz](int, size_t lo, size_t n) { return Slice{Buf::kSend, lo * esz, n * esz}; };
   f.out = [esz](int, size_t lo, size_t n) { return Slice{Buf::kRecv, lo * esz, n * esz}; };
   return f;
+}
+
+Result<PackingTimes> packingTimes(const topo::LinkGraph& graph, CollKind kind, int rootRank, double bytes) {
+  if (graph.nhosts() < 2 || !graph.connected())
+    return invalidArgument("packingTimes: a packing needs two hosts or more that reach each other (%d hosts)",
+                           graph.nhosts());
+  if ((kind == CollKind::kBroadcast || kind == CollKind::kReduce) && (rootRank < 0 || rootRank >= graph.nranks()))
+    return invalidArgument("packingTimes: root %d is not a rank of the graph's %d", rootRank, graph.nranks());
+  TreeUse use = TreeUse::kBoth;
+  int rootHost = -1;
+  double unitBytes = bytes;  // the bytes of one unit of demand
+  switch (kind) {
+    case CollKind::kAllGather:
+    case CollKind::kReduceScatter:  // a unit: one rank's block of the whole (nccl-tests' size)
+      use = kind == CollKind::kAllGather ? TreeUse::kOut : TreeUse::kIn;
+      unitBytes = bytes / graph.nranks();
+      break;
+    case CollKind::kBroadcast:
+    case CollKind::kReduce:
+      use = kind == CollKind::kBroadcast ? TreeUse::kOut : TreeUse::kIn;
+      rootHost = graph.hostOfRank[rootRank];
+      break;
+    case CollKind::kAllReduce:
+      break;
+    default:
+      return invalidArgument("packingTimes: %s has no tree packing", name(kind));
+  }
+  const std::shared_ptr<const Packing> p = sharedPacking(graph, use, demandFor(graph, rootHost));
+  return PackingTimes{p->lowerUsPerByte * unitBytes, p->usPerByte * unitBytes};
 }
 
 }  // namespace hetcomm::coll::synth

@@ -16,6 +16,17 @@ bool applies(const GroupView& g);
 // to every host, its demand its rank count (allgather, reduce-scatter); kBoth ignores it. Cached per group.
 std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int rootHost);
 
+// A collective's tree packing on a graph, its rates as they are, in microseconds for `bytes` (nccl-tests' size;
+// root: broadcast and reduce). Allreduce, allgather, reduce-scatter, broadcast and reduce; invalid argument for
+// the others and for a graph no packing spans. Against the bound (topology/bounds.h) it says, where a schedule
+// stays below the bound, whether the bound (no tree packing reaches it), the packing, or the execution is at
+// fault (hetcomm-packing prints the three).
+struct PackingTimes {
+  double lowerUs = 0;    // no tree packing is faster (the linear program's dual bound); 0 where not computed
+  double packingUs = 0;  // the packing the synthesised schedule runs: its most loaded port's time
+};
+Result<PackingTimes> packingTimes(const topo::LinkGraph& graph, CollKind kind, int rootRank, double bytes);
+
 // The estimate of a synthesised schedule, in microseconds:
 //   network   the packing's most loaded port: usPerByte x unitBytes (the bytes of one unit of demand: the buffer, or
 //             one rank's block)

@@ -520,10 +520,10 @@ void pruneAndRebalance(const topo::LinkGraph& g, const std::vector<double>& dema
 // generation, the searches priced by the program's duals, until the trees they return could lower the most loaded
 // port by less than kColumnGap (the duals give that bound) or after kColumnRounds; then pruned to at most `keep`
 // trees of each root that weigh kMinWeight or more. Sets the mix's weights; false (weights untouched) where
-// the simplex failed.
+// the simplex failed. `lower`: the best of the dual bounds found (0 if none), as maxCongestion measures.
 template <class Search>
 bool solveExactly(const topo::LinkGraph& g, const std::vector<double>& demand, size_t keep, Mix& mix, Search search,
-                  HopCosts& costs) {
+                  HopCosts& costs, double& lower) {
   const size_t roots = demand.size(), size = 2 * g.ports.size();
   std::vector<double> rates(size);
   for (size_t e = 0; e < size; ++e) rates[e] = g.ports[e / 2].gbps;
@@ -541,15 +541,16 @@ bool solveExactly(const topo::LinkGraph& g, const std::vector<double>& demand, s
     // under them, its demand-weighted costs added, is a bound no packing gets below (Lagrangian duality).
     const std::vector<double> price = lp.portPrices();
     costs = hopCosts(g, price);
-    double lower = 0;
+    double bound = 0;
     for (size_t r = 0; r < roots; ++r) {
       if (demand[r] <= 0) continue;
       const Load& load = mix.loads[r][search(static_cast<int>(r))];
       double cost = 0;
       for (size_t e = 0; e < size; ++e) cost += load[e] * price[e];
-      lower += demand[r] * cost;
+      bound += demand[r] * cost;
     }
-    if (lower >= (1 - kColumnGap) * lp.congestion()) break;
+    lower = std::max(lower, bound);
+    if (bound >= (1 - kColumnGap) * lp.congestion()) break;
     addNewTrees();
     if (!lp.solve()) return false;
   }
@@ -646,12 +647,13 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
   // reach the same bottleneck, the program's optimum is a vertex with many ports loaded to the full, and Frank-
   // Wolfe's smoothed maximum leaves the others less loaded (64 MiB on random-3 at scale 0.22: allgather 2.25 s
   // against the program's 2.31-2.44, allreduce 2.96 against 3.01-3.04, the bottlenecks within 0.3 %).
+  double lower = 0;
   if (h > kExactTreeHosts) {
     pruneAndRebalance(g, demand, keep, mix);
   } else {
     Mix smooth = mix;  // before the program's searches add to mix
     pruneAndRebalance(g, demand, keep, smooth);
-    if (!solveExactly(g, demand, keep, mix, searchTree, costs) ||
+    if (!solveExactly(g, demand, keep, mix, searchTree, costs, lower) ||
         maxCongestion(g, totalLoad(mix, demand, size)) >
             (1 - kExactGain) * maxCongestion(g, totalLoad(smooth, demand, size)))
       mix = std::move(smooth);
@@ -677,6 +679,7 @@ Packing packTrees(const topo::LinkGraph& g, TreeUse use, const std::vector<doubl
     for (auto& wt : list) wt.weight /= total;
   }
   p.usPerByte = maxCongestion(g, portLoads(g, p)) / 1e3;
+  p.lowerUsPerByte = lower / 1e3;
   return p;
 }
 

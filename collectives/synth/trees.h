@@ -60,6 +60,11 @@ struct Packing {
   // its weight below) takes usPerByte * d on that port.
   double usPerByte = 0;
   std::vector<double> demand;  // per root host, as given
+  // No packing of trees the searches return has a lighter most loaded port than this, us per byte as usPerByte:
+  // the linear program's dual bound, on up to 32 hosts (where the directed searches are exact, so it holds for
+  // every tree packing of this use; kBoth on more than 16 hosts: for trees into and out of its 16 root hosts).
+  // 0 where not computed (more hosts, or the simplex failed first).
+  double lowerUsPerByte = 0;
   int maxDepth = 0;
   std::string describe(const topo::LinkGraph& g) const;
 };
