@@ -247,18 +247,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "hetcomm-topo: --cluster goes with --bound\n");
       return 2;
     }
-    auto spec = topo::loadClusterSpec(clusterFile);
-    if (!spec) {
-      std::fprintf(stderr, "hetcomm-topo: %s\n", spec.error().toString().c_str());
+    auto graph = topo::clusterFileGraph(clusterFile);
+    if (!graph) {
+      std::fprintf(stderr, "hetcomm-topo: %s\n", graph.error().toString().c_str());
       return 1;
     }
-    auto view = topo::ClusterView::build(spec->nodes());
-    if (!view) {
-      std::fprintf(stderr, "hetcomm-topo: %s\n", view.error().toString().c_str());
-      return 1;
-    }
-    printBounds(topo::buildLinkGraph(*view, topo::LinkMatrix::nominal(*view), true), "cluster file " + clusterFile,
-                size, boundJson);
+    printBounds(*graph, "cluster file " + clusterFile, size, boundJson);
     return 0;
   }
 

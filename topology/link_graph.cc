@@ -5,6 +5,7 @@
 
 #include "common/strings.h"
 #include "topology/cluster.h"
+#include "topology/cluster_spec.h"
 #include "topology/link_matrix.h"
 
 namespace hetcomm::topo {
@@ -145,6 +146,15 @@ LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool 
         if (paths.fabrics.size() > 1) ways.push_back({static_cast<int>(i), {railOf(paths.fabrics[i])}});
     }
   return g;
+}
+
+Result<LinkGraph> clusterFileGraph(const std::string& path) {
+  auto spec = loadClusterSpec(path);
+  if (!spec) return spec.error();
+  auto view = ClusterView::build(spec->nodes());
+  if (!view)
+    return Status(view.error().code(), format("%s: %s", path.c_str(), std::string(view.error().message()).c_str()));
+  return buildLinkGraph(*view, LinkMatrix::nominal(*view), true);
 }
 
 }  // namespace hetcomm::topo

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+
 namespace hetcomm::topo {
 
 class ClusterView;
@@ -89,5 +91,9 @@ struct LinkGraph {
 // fabric then); null: every pair's does.
 LinkGraph buildLinkGraph(const ClusterView& view, const LinkMatrix& links, bool multiRail,
                          const std::function<bool(int, int)>& choosesPath = nullptr);
+
+// The graph of a cluster file (clusters/*.json, topology/cluster_spec.h) at its nominal rates, every pair striped
+// over its rails: what hetcomm-topo --bound --cluster and hetcomm-packing read. An error names the file.
+Result<LinkGraph> clusterFileGraph(const std::string& path);
 
 }  // namespace hetcomm::topo

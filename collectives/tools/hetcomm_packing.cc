@@ -17,9 +17,7 @@
 #include "collectives/synth/synth.h"
 #include "common/strings.h"
 #include "topology/bounds.h"
-#include "topology/cluster.h"
-#include "topology/cluster_spec.h"
-#include "topology/link_matrix.h"
+#include "topology/link_graph.h"
 
 namespace {
 
@@ -55,18 +53,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  auto spec = topo::loadClusterSpec(clusterFile);
-  if (!spec) {
-    std::fprintf(stderr, "hetcomm-packing: %s\n", spec.error().toString().c_str());
+  auto graph = topo::clusterFileGraph(clusterFile);  // the links as hetcomm-topo --bound takes them
+  if (!graph) {
+    std::fprintf(stderr, "hetcomm-packing: %s\n", graph.error().toString().c_str());
     return 1;
   }
-  auto view = topo::ClusterView::build(spec->nodes());
-  if (!view) {
-    std::fprintf(stderr, "hetcomm-packing: %s: %s\n", clusterFile.c_str(), view.error().toString().c_str());
-    return 1;
-  }
-  // The links as hetcomm-topo --bound takes them, so the two tools' bounds agree.
-  const topo::LinkGraph g = topo::buildLinkGraph(*view, topo::LinkMatrix::nominal(*view), true);
+  const topo::LinkGraph& g = *graph;
   const double bytes = static_cast<double>(size);
   std::printf("packings for cluster file %s: %d ranks on %d hosts, size %s; times in us\n", clusterFile.c_str(),
               g.nranks(), g.nhosts(), humanBytes(size).c_str());
