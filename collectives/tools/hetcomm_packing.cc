@@ -2,7 +2,8 @@
 // that schedule synthesis serves, three times on the cluster file's links:
 //   bound     the cut or aggregate bound (topology/bounds.h; hetcomm-topo --bound prints the same)
 //   best      no tree packing is faster: the packing's linear program's dual bound (collectives/synth/packing_lp.h;
-//             on up to 32 hosts, where the tree searches are exact)
+//             on up to 32 hosts, where the tree searches are exact; an allreduce on more than 16: among the trees
+//             into and out of the 16 hosts with the most NIC rate, which the synthesised allreduce chooses from)
 //   packing   the packing the synthesised schedule runs (pruned to a few trees per root)
 // best above the bound: the bound is not tight (no schedule of trees reaches it); packing above best: the
 // packing is; both at the bound: whatever a measured schedule loses is its execution (or another algorithm's plan).
@@ -30,7 +31,7 @@ constexpr double kSlack = 1.0105;
 std::string atFault(double bestOverBound, double packingOverBest, bool bestKnown) {
   std::string what;
   if (bestKnown && bestOverBound > kSlack) what = format("bound: trees reach %.3f of it at best", 1 / bestOverBound);
-  if (!bestKnown) what = "not known: the best packing is computed on up to 32 hosts";
+  if (!bestKnown) what = "not known: the best packing is computed on up to 32 hosts (and where the simplex succeeds)";
   if (bestKnown && packingOverBest > kSlack)
     what += format("%spacking: %.3f times the best", what.empty() ? "" : "; ", packingOverBest);
   return what.empty() ? "execution: the packing reaches the bound" : what;

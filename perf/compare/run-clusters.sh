@@ -155,7 +155,7 @@ for cluster, scale, coll, path in rows:
     fault = ""
     if row["over_bound"] < 0.90:
         if pk["best_over_bound"] is None:
-            fault = "not known (over 32 hosts)"
+            fault = "not known (over 32 hosts, or the simplex failed)"
         elif pk["best_over_bound"] > SLACK:
             fault = f"bound (trees reach {1 / pk['best_over_bound']:.2f} of it)"
         elif row["algorithm"] == "synth" and pk["packing_over_bound"] > SLACK:
