@@ -38,12 +38,17 @@ std::shared_ptr<const topo::LinkGraph> shipped(const std::string& name) {
 // (packing_lp.h) is not 1 % lighter.
 constexpr double kWithinExact = 1.0102;
 
-// The packing's bandwidth time over the bound's, for the collective the use serves (1: optimal).
-double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
+// The use's packing: rootHost >= 0, all the data there; -1, each host's rank count.
+synth::Packing packed(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
   std::vector<double> demand(g.nhosts(), 0.0);
   for (int h = 0; h < g.nhosts(); ++h)
     demand[h] = rootHost >= 0 ? (h == rootHost) : static_cast<double>(g.hosts[h].ranks.size());
-  const synth::Packing p = synth::packTrees(g, use, demand);
+  return synth::packTrees(g, use, demand);
+}
+
+// A packing's bandwidth time over the bound's, for the collective its use serves (1: optimal).
+double overBound(const topo::LinkGraph& g, const synth::Packing& p, int rootHost) {
+  const synth::TreeUse use = p.use;
   const int n = g.nranks();
   switch (use) {
     case synth::TreeUse::kBoth:  // the whole buffer through the trees, against the allreduce bound
@@ -57,6 +62,10 @@ double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
       return p.usPerByte / (topo::collectiveBound(g, topo::BoundKind::kReduceScatter).usPerByte * n);
   }
   return 0;
+}
+
+double overBound(const topo::LinkGraph& g, synth::TreeUse use, int rootHost) {
+  return overBound(g, packed(g, use, rootHost), rootHost);
 }
 
 // The cost of a parent array as an arborescence rooted at `root`; infinite when it is not one (a cycle, a missing
@@ -190,12 +199,10 @@ TEST(Synth, PackingsOfRandomClustersNearTheirBounds) {
   for (uint64_t seed = 1; seed <= 40; ++seed) {
     auto g = graphOf(topo::randomClusterSpec(seed));
     for (synth::TreeUse use : {synth::TreeUse::kBoth, synth::TreeUse::kOut, synth::TreeUse::kIn}) {
-      const double r = overBound(*g, use, -1);
+      const synth::Packing p = packed(*g, use, -1);
+      const double r = overBound(*g, p, -1);
       EXPECT_GE(r, 1 - 1e-6) << "seed " << seed << ": better than the bound? " << g->describe();
       // No packing below the dual bound; the directed bounds are reachable, so neither is the dual bound above them.
-      std::vector<double> demand(g->nhosts());  // as overBound's
-      for (int h = 0; h < g->nhosts(); ++h) demand[h] = static_cast<double>(g->hosts[h].ranks.size());
-      const synth::Packing p = synth::packTrees(*g, use, demand);
       EXPECT_LE(p.lowerUsPerByte, p.usPerByte * (1 + 1e-9)) << "seed " << seed;
       if (use != synth::TreeUse::kBoth) {
         EXPECT_LE(p.lowerUsPerByte, p.usPerByte / r * (1 + 1e-4)) << "seed " << seed;
