@@ -31,6 +31,38 @@ double busMBps(const LinkGraph& g, BoundKind kind, int root = 0) {
   return collectiveBound(g, kind, root).busGBps(g.nranks()) * 1e3;
 }
 
+// The probe measures each pair's best link only: on mixed-2x2 the InfiniBand between the hosts, never the
+// Ethernet beside it. Every port, measured or not, takes what the probe found (a fabric not measured, the median
+// of those that were), so the rails keep the ratio of their NICs' rates and the synthesised schedules split their
+// bytes by it. With nothing measured the ports stay at their nominal rates.
+TEST(Bounds, AFabricTheProbeDidNotMeasureIsScaledLikeTheMeasuredOnes) {
+  auto spec = loadClusterSpec(std::string(HETCOMM_SOURCE_DIR) + "/clusters/mixed-2x2.json");
+  ASSERT_TRUE(spec.has_value()) << spec.error().toString();
+  auto view = ClusterView::build(spec->nodes());
+  ASSERT_TRUE(view.has_value());
+  auto portGBps = [](const LinkGraph& g, int host, const std::string& fabric) {
+    for (const LinkGraph::Port& p : g.ports)
+      if (p.host == host && g.fabrics[p.fabric] == fabric) return p.gbps;
+    ADD_FAILURE() << "no port of host " << host << " on " << fabric;
+    return 0.0;
+  };
+  const LinkMatrix nominal = LinkMatrix::nominal(*view, /*multiRail=*/true);
+  const LinkGraph before = buildLinkGraph(*view, nominal, /*multiRail=*/true);
+  EXPECT_NEAR(portGBps(before, 0, "ib-a"), 0.2, 1e-12);
+  EXPECT_NEAR(portGBps(before, 1, "eth"), 0.05, 1e-12);
+
+  LinkMatrix probed = nominal;
+  const int a = view->hosts()[0].ranks[0], b = view->hosts()[1].ranks[0];
+  ASSERT_EQ(view->fabrics()[nominal.at(a, b).fabric].name, "ib-a");
+  ASSERT_TRUE(probed.setMeasured(a, b, 10, 0.87 * nominal.at(a, b).bwGBps).ok());
+  ASSERT_TRUE(probed.setMeasured(b, a, 10, 0.87 * nominal.at(b, a).bwGBps).ok());
+  const LinkGraph after = buildLinkGraph(*view, probed, /*multiRail=*/true);
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_NEAR(portGBps(after, h, "ib-a"), 0.87 * 0.2, 1e-12) << "host " << h;
+    EXPECT_NEAR(portGBps(after, h, "eth"), 0.87 * 0.05, 1e-12) << "host " << h << ": the rail nobody measured";
+  }
+}
+
 TEST(Bounds, WorkedExamplesOfTheReference) {
   // mixed-4x2: the island cut (two 200 Mbit/s Ethernet NICs) binds: busbw <= 1.75 * 50 MB/s.
   LinkGraph mixed = shipped("mixed-4x2");
