@@ -3,7 +3,7 @@
 // The nominal link matrix knows a link's class and its NICs' rate, not what a message pays on it (TCP through
 // the kernel, a shaped veth, UCX's protocols). The probe measures alpha and bandwidth once per *link class*:
 // pairs with the same class, fabric, nominal rate and transport behave alike, so one representative pair per
-// class is enough, and the probe stays in the tens of milliseconds however many ranks there are. The results
+// class is enough, and the probe stays near a tenth of a second per class however many ranks there are. The results
 // replace the nominal values of every pair of that class (LinkMatrix::setMeasured), so the cost model predicts
 // from measured figures.
 //
