@@ -21,7 +21,7 @@ uint64_t assumedMbps(NicKind kind) {
 // Ethernet beside an InfiniBand) is often not measured at all: it takes the median of the measured fabrics, not
 // its nominal rate, which no transport reaches. At its nominal rate beside a measured rail, the rails' shares
 // came out wrong: on mixed-2x2 (IB measured at 0.87 of nominal, Ethernet taken at 1.0) the Ethernet was given
-// 0.224 of every synthesised allgather instead of 0.2, ran full while the IB idled, and the call took 12 % longer.
+// 0.224 of every synthesised allgather instead of 0.2, ran full while the IB idled, and the call took 11 % longer.
 // With nothing measured at all, every fabric stays at its nominal rate.
 std::vector<double> fabricEfficiency(const ClusterView& view, const LinkMatrix& links, const LinkMatrix& nominal) {
   std::vector<std::vector<double>> ratios(view.fabrics().size());
