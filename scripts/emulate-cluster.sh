@@ -23,6 +23,7 @@
 # State lives in /run/hetcomm-emulate/NAME.json, the topology file in /run/hetcomm-emulate/NAME.topo.json
 # (hetcomm-run --cluster reads both). Needs root (network namespaces, tc).
 # HETCOMM_EMU_BUCKET_MS (default 3): each shaped link's token bucket, in milliseconds at its rate (see shape()).
+# HETCOMM_EMU_CC (default reno): the TCP congestion control of the hosts' namespaces (see congestion_control()).
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -50,6 +51,7 @@ def die(msg):
 if not BUCKET_MS_TEXT.isdigit() or not 1 <= int(BUCKET_MS_TEXT) <= 1000:
     die(f"HETCOMM_EMU_BUCKET_MS={BUCKET_MS_TEXT!r}: give the token bucket in whole milliseconds, 1 to 1000")
 BUCKET_MS = int(BUCKET_MS_TEXT)
+CC = os.environ.get("HETCOMM_EMU_CC", "reno")
 
 
 def run(*cmd, check=True):
@@ -193,6 +195,25 @@ def shape(dev, mbps, ns=None):
           + queue))
 
 
+def check_congestion_control():
+    allowed = open("/proc/sys/net/ipv4/tcp_allowed_congestion_control").read().split()
+    if CC not in allowed:
+        die(f"HETCOMM_EMU_CC={CC!r}: a namespace may only choose one of {' '.join(allowed)} "
+            "(net.ipv4.tcp_allowed_congestion_control)")
+
+
+def congestion_control(ns):
+    # Linux's default is cubic, which a namespace may not choose here unless the machine allows it (only the
+    # algorithms in tcp_allowed_congestion_control are open to namespaces); at the emulated links' round trips
+    # (tens of microseconds) cubic grows its window as reno does. The machine's default may be something else: on
+    # the 2-vCPU Xeon it is bbr, whose model of the path breaks on these links (a minimum round trip of 10 us, the
+    # host's queue in front of the NIC being the sender's own qdisc): on random-4 at 0.3 (three rails of 69, 198
+    # and 342 Mbit/s) the flow on the slowest rail settled at a bandwidth estimate of 38 Mbit/s and a window of
+    # 40 packets and carried 0.63-0.76 of its rate; a 64 MiB allgather over all three rails took 511-593 ms with
+    # bbr and 474-475 ms with reno (the bound 441 ms), alternated in one run.
+    run("ip", "netns", "exec", ns, "sh", "-c", f"echo {CC} > /proc/sys/net/ipv4/tcp_congestion_control")
+
+
 def down_plan(p):
     for h in p["hosts"]:
         for n in h["nics"]:
@@ -221,6 +242,7 @@ def up(c, p, state_path, topo_path):
             os.path.exists(f"/sys/class/net/{f['bridge']}") for f in p["fabrics"]):
         print(f"emulate-cluster: {c['name']} is already up ({len(p['hosts'])} hosts); topology file {topo_path}")
         return
+    check_congestion_control()  # before anything is built
     down_plan(p)  # whatever a half-built earlier attempt left
     for f in p["fabrics"]:
         run("ip", "link", "add", "name", f["bridge"], "type", "bridge", "forward_delay", "0", "stp_state", "0")
@@ -230,6 +252,7 @@ def up(c, p, state_path, topo_path):
         ns = h["netns"]
         run("ip", "netns", "add", ns)
         run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        congestion_control(ns)
         for n in h["nics"]:
             run("ip", "link", "add", n["outer"], "type", "veth", "peer", "name", n["name"], "netns", ns)
             run("ip", "link", "set", n["outer"], "master", n["bridge"])
@@ -247,7 +270,7 @@ def up(c, p, state_path, topo_path):
         json.dump(p, f, indent=2)
         f.write("\n")
     print(f"emulate-cluster: {c['name']} is up: {len(p['hosts'])} hosts, {len(p['fabrics'])} fabrics; "
-          f"topology file {topo_path}")
+          f"topology file {topo_path}; TCP congestion control {CC}")
     for h in p["hosts"]:
         print(f"  {h['name']} (netns {h['netns']}, {h['ranks']} rank{'s' if h['ranks'] > 1 else ''}): " + ", ".join(
             f"{n['name']} {n['kind']} {n['rateMbps']} Mbit/s {n['addr']} on {n['fabric']}" for n in h["nics"]))
