@@ -17,7 +17,10 @@
 //
 // Parameters: HETCOMM_SHM_CMA_BYTES and HETCOMM_SHM_CMA_MAX_BYTES, the range of message sizes sent by cross-memory
 // attach (default 256K to 1M: a collective's chunks; 0 disables it). Larger messages stream through the ring,
-// where sender and receiver copy on two cores at once.
+// where sender and receiver copy on two cores at once. Whether attach pays at all depends on the machine (the
+// kernel pins the peer's pages for every call): unless HETCOMM_SHM_CMA_BYTES is set, each process measures it
+// once (measureAttach) and a rank that would copy slower by attach than the ring's two copies reads through the
+// ring instead.
 #pragma once
 
 #include <memory>
@@ -63,6 +66,19 @@ class ShmTransport final : public Transport {
   size_t regionBytes_ = 0;
   void* region_ = nullptr;
 };
+
+// One copy by cross-memory attach against the ring's two memcpys, on chunks of a region larger than the caches (a
+// collective's buffers are rarely in cache): attach pays when it takes less than twice memcpy's time. Best of a few
+// passes each, alternated, so that a busy moment slows both alike. About 15 ms; the transport runs it once per
+// process (when HETCOMM_SHM_CMA_BYTES is unset).
+struct AttachMeasure {
+  double memcpyGBps = 0, attachGBps = 0;
+  bool pays = false;
+};
+Result<AttachMeasure> measureAttach(size_t regionBytes = 16 << 20, size_t chunkBytes = 512 << 10);
+// Whether this process reads its peers' chunks by attach (where the kernel lets it): yes where
+// HETCOMM_SHM_CMA_BYTES is set (0 then leaves every size to the ring), else measureAttach's verdict, taken once.
+bool attachChosen();
 
 // For the fuzz target (tests/fuzz/fuzz_shm_frames.cc) and the ring's tests: a connection reads `ring` as if its
 // peer had written it (from position 0, the head at its end; at most one ring's length), with receives posted

@@ -6,7 +6,9 @@
 //
 // HETCOMM_SHM_CMA_BYTES is read once per process, so ShmRingPath.* re-runs this binary as a child process with
 // HETCOMM_SHM_CMA_BYTES=0: every data, error, wake-up and peer-death test then runs again with every byte through
-// the ring (64 and 256 MiB included).
+// the ring (64 and 256 MiB included). Unset, the transport measures whether attach pays on this machine
+// (measureAttach); this binary sets it to its default, so that both paths run wherever it runs, except in the child
+// of ShmAttachChoice.*, which checks the measured choice.
 //
 // A peer that dies needs a real other process (its pidfd): ShmPeerDeath.* forks a child that is one rank of the
 // pair (blobs travel over pipes), kills it with SIGKILL at the chosen moment, and bounds every wait.
@@ -62,6 +64,12 @@ using testing::pattern;
 constexpr size_t kRing = 1 << 20;
 constexpr size_t kHeader = 32;
 constexpr size_t kMaxChunk = kRing / 4;
+
+// Both paths, whatever attach costs on this machine (above); before any transport reads the parameter.
+const bool kAttachPinned = [] {
+  if (!std::getenv("HC_TEST_SHM_MEASURE")) ::setenv("HETCOMM_SHM_CMA_BYTES", "262144", /*overwrite=*/0);
+  return true;
+}();
 
 // The range of message sizes sent by cross-memory attach in this process (min 0: never).
 size_t cmaThreshold() {
@@ -1077,6 +1085,55 @@ TEST(ShmRingPathChild, AttachIsOff) {
   if (!std::getenv("HC_TEST_SHM_CHILD")) GTEST_SKIP() << "runs only in the child of ShmRingPath.*";
   EXPECT_TRUE(ringOnly()) << "HETCOMM_SHM_CMA_BYTES=" << (std::getenv("HETCOMM_SHM_CMA_BYTES") ?: "(unset)");
   if (!HasFailure()) std::printf("HC_SHM_RING_CHILD_OK\n");
+}
+
+// ---- whether attach pays: measured where HETCOMM_SHM_CMA_BYTES is unset ----
+
+TEST(ShmAttachMeasure, ARegionWithoutAChunkIsRefused) {
+  auto none = measureAttach(1 << 20, 0);
+  ASSERT_FALSE(none.has_value());
+  EXPECT_EQ(none.error().code(), Code::kInvalidArgument);
+  EXPECT_TRUE(contains(std::string(none.error().message()), "no chunk of 0")) << none.error().message();
+  auto small = measureAttach(4096, 8192);
+  ASSERT_FALSE(small.has_value());
+  EXPECT_TRUE(contains(std::string(small.error().message()), "4096 bytes holds no chunk of 8192"))
+      << small.error().message();
+}
+
+TEST(ShmAttachMeasure, AttachPaysWhenFasterThanTwoCopies) {
+  auto m = measureAttach(4 << 20, 256 << 10);
+  ASSERT_TRUE(m.has_value()) << m.error().message();
+  EXPECT_GT(m->memcpyGBps, 0.01);
+  EXPECT_GT(m->attachGBps, 0.01);
+  EXPECT_LT(m->memcpyGBps, 1e4);  // a clock that did not move would give an absurd rate
+  EXPECT_LT(m->attachGBps, 1e4);
+  // Same bytes on both sides: attach's time under twice memcpy's is its rate over half of memcpy's (within
+  // rounding at the margin).
+  if (std::abs(m->attachGBps * 2 / m->memcpyGBps - 1) > 1e-6) EXPECT_EQ(m->pays, m->attachGBps * 2 > m->memcpyGBps);
+  std::printf("[ info ] attach %.1f GB/s, memcpy %.1f GB/s: %s\n", m->attachGBps, m->memcpyGBps,
+              m->pays ? "attach pays" : "the ring's two copies are faster");
+}
+
+TEST(ShmAttachChoice, UnsetTheMeasureDecides) {
+  if (std::getenv("HC_TEST_SHM_MEASURE")) GTEST_SKIP() << "this is the child";
+  std::string output;
+  int rc = testing::runChild({"HETCOMM_SHM_CMA_BYTES=", "HC_TEST_SHM_CHILD=", "GTEST_"}, {"HC_TEST_SHM_MEASURE=1"},
+                             "ShmAttachChoiceChild.*", &output, 60);
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_TRUE(contains(output, "HC_SHM_MEASURE_CHILD_OK")) << output;
+}
+
+TEST(ShmAttachChoiceChild, ConnectionsReadAsMeasured) {
+  if (!std::getenv("HC_TEST_SHM_MEASURE")) GTEST_SKIP() << "runs only in the child of ShmAttachChoice.*";
+  ASSERT_EQ(std::getenv("HETCOMM_SHM_CMA_BYTES"), nullptr);
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  const std::string how = attachChosen() ? "ring + cross-memory attach" : "ring";
+  EXPECT_EQ(g.conn(0, 1).describe(), "r0->r1/shm(" + how + ")");
+  EXPECT_EQ(g.conn(1, 0).describe(), "r1->r0/shm(" + how + ")");
+  // Data goes through either way, at a size attach would carry.
+  ASSERT_NO_FATAL_FAILURE(testing::expectBothDirectionsReceivesFirst(g, 512 << 10, 30));
+  if (!HasFailure()) std::printf("HC_SHM_MEASURE_CHILD_OK\n");
 }
 
 // ---- last: nothing of ours left in /dev/shm ----
