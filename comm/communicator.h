@@ -178,8 +178,9 @@ class Communicator {
   // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
   bool checksPrediction(const Op& op) const;  // a collective large enough that its time tests the link figures
   void checkPrediction(const Op& op);
+  // coresShared: some machine of the job runs more ranks than it has CPUs (ProbeContext::coresShared).
   Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
-                    Deadline deadline);
+                    bool coresShared, Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   // What runs the current operation: exec_ (a schedule), slots_, or one_ (a lone send or receive, which needs

@@ -211,7 +211,15 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   HC_TRY(choosePairs(s));
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));
-  if (probeEnabled() && nranks_ > 1) HC_TRY(probeLinks(s.offers, s.forcedKinds, deadline));
+  if (probeEnabled() && nranks_ > 1) {
+    // Machines by boot id (the hosts of an emulated cluster share one kernel and its CPUs), else by host.
+    std::vector<std::string> cpus(nranks_), machine(nranks_);
+    for (int p = 0; p < nranks_; ++p) {
+      cpus[p] = s.peers[p].cpus;
+      machine[p] = s.peers[p].bootId.empty() ? format("host %d", cluster_->hostOf(p)) : s.peers[p].bootId;
+    }
+    HC_TRY(probeLinks(s.offers, s.forcedKinds, anyMachineOversubscribed(cpus, machine), deadline));
+  }
   HC_TRY(joinEngine(s));
   logInit(s);
   return okStatus();
@@ -407,7 +415,7 @@ void Communicator::logInit(const InitState& s) const {
 
 // Measures each class of link (or takes the cached figures) and puts the results into the link matrix.
 Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
-                                Deadline deadline) {
+                                bool coresShared, Deadline deadline) {
   // Every rank needs the transport of every pair to name the classes alike: choose() is the same pure function
   // each end used for its own pairs.
   std::vector<transport::Kind> kinds(size_t(nranks_) * nranks_, transport::Kind::kShm);
@@ -425,6 +433,7 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   ctx.conns = connPtrs_;
   for (auto& t : transports_) ctx.transports.push_back(t.get());
   ctx.deadline = deadline;
+  ctx.coresShared = coresShared;
   for (int r = 0; r < nranks_; ++r)
     if (cluster_->node(r).hostName == cluster_->node(rank_).hostName) ctx.localPids.push_back(cluster_->node(r).pid);
   std::string source;

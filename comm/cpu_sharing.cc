@@ -1,6 +1,7 @@
 #include "comm/cpu_sharing.h"
 
 #include <cstdlib>
+#include <map>
 
 #include "common/strings.h"
 
@@ -46,6 +47,25 @@ CpuSharing cpuSharing(const std::vector<std::string>& cpusByRank, const std::vec
   }
   out.cpus = CPU_COUNT(&all);
   return out;
+}
+
+bool anyMachineOversubscribed(const std::vector<std::string>& cpusByRank, const std::vector<std::string>& machineOf) {
+  struct Machine {
+    int ranks = 0;
+    cpu_set_t cpus;
+  };
+  std::map<std::string, Machine> machines;
+  for (size_t p = 0; p < cpusByRank.size() && p < machineOf.size(); ++p) {
+    const cpu_set_t theirs = parseCpuList(cpusByRank[p]);
+    if (CPU_COUNT(&theirs) == 0) continue;
+    auto [it, fresh] = machines.try_emplace(machineOf[p]);
+    if (fresh) CPU_ZERO(&it->second.cpus);
+    ++it->second.ranks;
+    CPU_OR(&it->second.cpus, &it->second.cpus, &theirs);
+  }
+  for (const auto& [name, m] : machines)
+    if (m.ranks > CPU_COUNT(&m.cpus)) return true;
+  return false;
 }
 
 }  // namespace hetcomm::comm

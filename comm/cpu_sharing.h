@@ -32,4 +32,9 @@ struct CpuSharing {
 // empty or unreadable counts as alone on its CPU.
 CpuSharing cpuSharing(const std::vector<std::string>& cpusByRank, const std::vector<bool>& sameHost, int me);
 
+// Whether some machine of the job runs more ranks than the CPUs they may use together (machineOf[p]: rank p's
+// machine, any name its machine's ranks share). Every rank computes the same answer from the same lists. Ranks with
+// an empty list count as having a CPU of their own.
+bool anyMachineOversubscribed(const std::vector<std::string>& cpusByRank, const std::vector<std::string>& machineOf);
+
 }  // namespace hetcomm::comm

@@ -13,12 +13,6 @@
 
 namespace hetcomm::comm {
 
-// How long a waiting caller polls without movement before it sleeps. Measured on 2 cores (issue 18): a small
-// collective's reply from a peer that is inside the same call arrives within microseconds, while every sleep costs
-// a wake-up on both sides; past a few hundred microseconds the peer is not in the call yet and polling only burns
-// the core.
-HC_PARAM_INT(spinUsParam, "SPIN_US", 200)
-
 namespace {
 // Upper bound on one sleep, so a lost wake-up can cost at most this much (none is expected).
 constexpr int kMaxSleepMs = 1000;

@@ -25,9 +25,16 @@
 #include <thread>
 #include <vector>
 
+#include "common/param.h"
 #include "common/status.h"
 
 namespace hetcomm::comm {
+
+// How long a waiting caller polls without movement before it sleeps. Measured on 2 cores (issue 18): a small
+// collective's reply from a peer that is inside the same call arrives within microseconds, while every sleep costs
+// a wake-up on both sides; past a few hundred microseconds the peer is not in the call yet and polling only burns
+// the core. The link probe waits the same way, so that the latency it measures is the one a collective sees.
+HC_PARAM_INT(spinUsParam, "SPIN_US", 200)
 
 class Communicator;
 

@@ -67,6 +67,10 @@ struct ProbeContext {
   std::vector<transport::Transport*> transports;
   Deadline deadline = Deadline::never();
   std::vector<int> localPids;  // the processes of this job on this machine (ForeignLoad)
+  // Some machine of the job runs more ranks than it has CPUs (anyMachineOversubscribed). A waiting rank there must
+  // give its CPU up for the peer to answer, so every message costs a switch: the ping-pong then sleeps between
+  // messages instead of polling (HETCOMM_SPIN_US), and the cache keeps such figures apart.
+  bool coresShared = false;
 };
 
 // Measures (or loads from the cache) every class, on every rank together, and writes the results into the
@@ -120,8 +124,10 @@ Status applyProbe(const std::vector<LinkClassProbe>& classes, const topo::Cluste
 // Whether to probe at all (HETCOMM_PROBE != 0).
 bool probeEnabled();
 
-// The cache: one text file per cluster, named by a hash of the hosts and the classes. Exposed for tests.
-std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes);
+// The cache: one text file per cluster, named by a hash of the hosts, the classes and whether cores are shared
+// (ProbeContext::coresShared). Exposed for tests.
+std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes,
+                           bool coresShared = false);
 // Reads cached values into classes; false when the file is missing, unreadable or does not match them exactly.
 bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classes);
 // Writes atomically (temporary file, rename); an error says why.

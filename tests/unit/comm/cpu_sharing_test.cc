@@ -51,6 +51,20 @@ TEST(CpuSharing, AnEmptyOrMalformedListSaysNothing) {
   EXPECT_TRUE(CPU_ISSET(1, &set) && CPU_ISSET(3, &set));
 }
 
+TEST(CpuSharing, AnyMachineOversubscribedLooksAtEveryMachine) {
+  // Two machines of 2 CPUs: 2 unbound ranks each fit, a third on one of them does not.
+  EXPECT_FALSE(anyMachineOversubscribed({"0,1", "0,1", "0,1", "0,1"}, {"a", "a", "b", "b"}));
+  EXPECT_TRUE(anyMachineOversubscribed({"0,1", "0,1", "0,1", "0,1", "0,1"}, {"a", "a", "b", "b", "b"}));
+  // The crowded machine need not hold rank 0.
+  EXPECT_TRUE(anyMachineOversubscribed({"0", "0,1", "0,1", "0,1"}, {"a", "b", "b", "b"}));
+  // Bound to a core each: 4 ranks on 4 cores share nothing; two of them on one core do.
+  EXPECT_FALSE(anyMachineOversubscribed({"0", "1", "2", "3"}, {"a", "a", "a", "a"}));
+  EXPECT_TRUE(anyMachineOversubscribed({"0", "1", "1", "3"}, {"a", "a", "a", "a"}));
+  // Ranks whose list says nothing count as having a CPU of their own.
+  EXPECT_FALSE(anyMachineOversubscribed({"", "", "0"}, {"a", "a", "a"}));
+  EXPECT_FALSE(anyMachineOversubscribed({}, {}));
+}
+
 TEST(CpuSharing, ThisProcessAffinityReadsBack) {
   cpu_set_t mask;
   ASSERT_EQ(sched_getaffinity(0, sizeof(mask), &mask), 0);

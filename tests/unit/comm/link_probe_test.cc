@@ -252,6 +252,9 @@ TEST(LinkProbe, CacheFileIsPerCluster) {
   auto ucx = linkClasses(view, links, [&](int i, int j) { return i / 2 == j / 2 ? Kind::kShm : Kind::kUcx; });
   EXPECT_NE(a, probeCacheFile(view, ucx));
   EXPECT_EQ(a, probeCacheFile(view, c));
+  // Figures taken where ranks share cores (every message a switch) are kept apart from the others.
+  EXPECT_NE(a, probeCacheFile(view, c, /*coresShared=*/true));
+  EXPECT_EQ(a, probeCacheFile(view, c, /*coresShared=*/false));
 }
 
 }  // namespace
