@@ -544,9 +544,10 @@ void ShmConnection::fail(const Status& why) {
 
 // ---- transport ----
 
-// Measured (2026-11-29, 16 MiB in 512 KiB chunks, attach from the process itself): on the Intel Xeon of the earlier
-// sessions attach copied at 4.0 GB/s against memcpy's 5.2 (a collective's chunks 2x faster by attach); on an AMD
-// EPYC VM (kernel 6.18) at 5.9 against 14.7, and a 2-rank allreduce ran 1.1-1.8x faster with attach off.
+// Why measure: on the Intel Xeon of 2026-11-28 a profile of a 2-rank 64 MiB allreduce put attach at 4.0 GB/s against
+// memcpy's 5.2 (chunks 2x faster by attach there); on an AMD EPYC VM (kernel 6.18, 2026-11-29) this function
+// measures attach at 6-15 GB/s against memcpy's 15-64, and a 2-rank allreduce ran 1.1-4x faster through the ring
+// (docs/results.md). Not run on the Xeon: its verdict there is not known.
 Result<AttachMeasure> measureAttach(size_t regionBytes, size_t chunkBytes) {
   if (chunkBytes == 0 || regionBytes < chunkBytes)
     return invalidArgument("measureAttach: a region of %zu bytes holds no chunk of %zu", regionBytes, chunkBytes);

@@ -67,8 +67,8 @@ class ShmTransport final : public Transport {
   void* region_ = nullptr;
 };
 
-// One copy by cross-memory attach against the ring's two memcpys, on chunks of a region larger than the caches (a
-// collective's buffers are rarely in cache): attach pays when it takes less than twice memcpy's time. Best of a few
+// One copy by cross-memory attach against the ring's two memcpys, on the chunks of a 16 MiB region (past a core's
+// own caches, as a large collective's buffers are): attach pays when it takes less than twice memcpy's time. Best of a few
 // passes each, alternated, so that a busy moment slows both alike. About 15 ms; the transport runs it once per
 // process (when HETCOMM_SHM_CMA_BYTES is unset).
 struct AttachMeasure {
