@@ -182,6 +182,23 @@ Result<topo::NodeDescription> localNode() {
   return node;
 }
 
+// The machine each rank runs on, as a name its machine's ranks share: CPUs are shared by the ranks of one kernel,
+// which may be several hosts of the topology (an emulated cluster's network namespaces, containers), so by boot id
+// where every rank reports one, else by host.
+std::vector<std::string> machinesOf(const std::vector<PeerInfo>& peers, const topo::ClusterView& cluster) {
+  const bool byBoot = std::none_of(peers.begin(), peers.end(), [](const PeerInfo& p) { return p.bootId.empty(); });
+  std::vector<std::string> out;
+  for (size_t p = 0; p < peers.size(); ++p)
+    out.push_back(byBoot ? peers[p].bootId : format("host %d", cluster.hostOf(static_cast<int>(p))));
+  return out;
+}
+
+std::vector<std::string> cpuListsOf(const std::vector<PeerInfo>& peers) {
+  std::vector<std::string> out;
+  for (const PeerInfo& p : peers) out.push_back(p.cpus);
+  return out;
+}
+
 }  // namespace
 
 // What init's steps hand on to each other.
@@ -211,15 +228,9 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   HC_TRY(choosePairs(s));
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));
-  if (probeEnabled() && nranks_ > 1) {
-    // Machines by boot id (the hosts of an emulated cluster share one kernel and its CPUs), else by host.
-    std::vector<std::string> cpus(nranks_), machine(nranks_);
-    for (int p = 0; p < nranks_; ++p) {
-      cpus[p] = s.peers[p].cpus;
-      machine[p] = s.peers[p].bootId.empty() ? format("host %d", cluster_->hostOf(p)) : s.peers[p].bootId;
-    }
-    HC_TRY(probeLinks(s.offers, s.forcedKinds, anyMachineOversubscribed(cpus, machine), deadline));
-  }
+  if (probeEnabled() && nranks_ > 1)
+    HC_TRY(probeLinks(s.offers, s.forcedKinds,
+                      anyMachineOversubscribed(cpuListsOf(s.peers), machinesOf(s.peers, *cluster_)), deadline));
   HC_TRY(joinEngine(s));
   logInit(s);
   return okStatus();
@@ -374,17 +385,10 @@ Status Communicator::joinEngine(const InitState& s) {
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
-  // CPUs are shared by the ranks of one kernel, which may be several hosts of the topology (an emulated cluster's
-  // network namespaces, containers): by boot id where both ranks report one.
-  std::vector<std::string> cpus(nranks_);
-  std::vector<bool> sameHost(nranks_);
-  const std::string& myBoot = s.peers[rank_].bootId;
-  for (int p = 0; p < nranks_; ++p) {
-    cpus[p] = s.peers[p].cpus;
-    const std::string& boot = s.peers[p].bootId;
-    sameHost[p] = !boot.empty() && !myBoot.empty() ? boot == myBoot : cluster_->hostOf(p) == cluster_->hostOf(rank_);
-  }
-  const CpuSharing sharing = cpuSharing(cpus, sameHost, rank_);
+  const std::vector<std::string> machine = machinesOf(s.peers, *cluster_);
+  std::vector<bool> sameMachine(nranks_);
+  for (int p = 0; p < nranks_; ++p) sameMachine[p] = machine[p] == machine[rank_];
+  const CpuSharing sharing = cpuSharing(cpuListsOf(s.peers), sameMachine, rank_);
   Engine::get().noteCpuSharing(sharing.ranks, sharing.cpus);
   HC_TRY(Engine::get().attach(this, waitFds_));
   attached_ = true;
