@@ -21,8 +21,10 @@
 # the default, none, leaves placement to the
 # kernel on both sides, as the issue's table was measured.
 #
-# Each round runs every configuration once, in an order shuffled per round; the tables give the median over
-# rounds and the ratio hetcomm / peer (criteria, issue 18: <= 2 against vader, <= 1.2 against the tcp BTL).
+# Each round runs every configuration once: the tables (allreduce on N ranks over a transport, ping-pong) in an order
+# shuffled per round, and within one hetcomm and its peers back to back, shuffled too. The tables give the median
+# over rounds, and hetcomm / peer as the median of the ratios within a round (criteria, issue 18: <= 2 against
+# vader, <= 1.2 against the tcp BTL).
 #
 # Usage: perf/compare/run-latency.sh [--rounds 5] [--nranks 2,4,8] [--min 8] [--max 64K] [--iters 1000]
 #                                    [--pingpong-iters 10000] [--ucx] [--bind none|core] [--json FILE]
@@ -231,19 +233,42 @@ if ucx:
         configs[("pingpong", 2, f"ucx-{tls}", "ucp_am_lat")] = lambda r, tls=tls: {
             s: ucx_perftest(f"pingpong.ucx-{tls}.ucp_am_lat.{s}.r{r}", tls, s) for s in (sizes[0], 4096) if s <= hi}
 
-samples = {k: {} for k in configs}  # key -> size -> [us per round]
+samples = {k: {} for k in configs}  # key -> size -> {round: us}
+groups = {}  # (table, nranks, transport) -> its configurations: hetcomm and its peers
+for k in configs:
+    groups.setdefault(k[:3], []).append(k)
 for r in range(rounds):
-    order = list(configs)
-    random.Random(f"latency{r}").shuffle(order)
-    for k in order:
-        for size, us in configs[k](r).items():
-            samples[k].setdefault(size, []).append(us)
+    # The groups in an order shuffled per round, and a group's runs (hetcomm and its peers) back to back, in an
+    # order shuffled too: the ratios compare runs seconds apart. (A 2-vCPU VM moves between modes for minutes at a
+    # time: on the AMD EPYC VM, 2026-11-29, 8 B shm ping-pongs of both libraries took 0.11 us one way in some
+    # rounds and 0.37 in others.)
+    rng = random.Random(f"latency{r}")
+    order = list(groups)
+    rng.shuffle(order)
+    for g in order:
+        members = list(groups[g])
+        rng.shuffle(members)
+        for k in members:
+            for size, us in configs[k](r).items():
+                samples[k].setdefault(size, {})[r] = us
     log(f"round {r + 1} of {rounds} done")
 
-med = {k: {s: st.median(v) for s, v in d.items()} for k, d in samples.items()}
+med = {k: {s: st.median(v.values()) for s, v in d.items()} for k, d in samples.items()}
+
+
+def ratio(table, n, t, peer, size):
+    """hetcomm over the peer: the median over rounds of the ratio within a round."""
+    mine, theirs = samples[(table, n, t, "hetcomm")].get(size, {}), samples[(table, n, t, peer)].get(size, {})
+    both = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+    return st.median(both) if both else None
+
+
 result = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rounds": rounds, "iters": iters, "pingpong_iters": pp_iters,
-          "logs": logs, "median_us": {"/".join(map(str, k)): v for k, v in med.items()}}
-print(f"\nsmall-message latency, median over {rounds} rounds (us per call; ping-pong: half the round trip)")
+          "logs": logs, "median_us": {"/".join(map(str, k)): v for k, v in med.items()},
+          "median_ratio": {"/".join(map(str, k)): {s: ratio(*k, s) for s in med[k]}
+                           for k in configs if k[3] != "hetcomm"}}
+print(f"\nsmall-message latency, median over {rounds} rounds (us per call; ping-pong: half the round trip); "
+      "hetcomm over a peer: the median of the ratios within a round")
 for table in ("allreduce", "pingpong"):
     groups = sorted({(n, t) for (tb, n, t, _) in configs if tb == table}, key=lambda x: (x[1], x[0]))
     for n, t in groups:
@@ -257,8 +282,8 @@ for table in ("allreduce", "pingpong"):
                 continue
             line = f"{size:>8}" + "".join(f"{v:>12.2f}" if v is not None else f"{'-':>12}" for v in vals)
             for p in others:
-                v = med[(table, n, t, p)].get(size)
-                line += f"{med[(table, n, t, 'hetcomm')][size] / v:>12.2f}" if v else f"{'-':>12}"
+                v = ratio(table, n, t, p, size)
+                line += f"{v:>12.2f}" if v else f"{'-':>12}"
             print(line)
 if json_out:
     json.dump(result, open(json_out, "w"), indent=1)
