@@ -126,7 +126,7 @@ Result<PackingTimes> packingTimes(const topo::LinkGraph& graph, CollKind kind, i
       return invalidArgument("packingTimes: %s has no tree packing", name(kind));
   }
   const std::shared_ptr<const Packing> p = sharedPacking(graph, use, demandFor(graph, rootHost));
-  return PackingTimes{p->lowerUsPerByte * unitBytes, p->usPerByte * unitBytes};
+  return PackingTimes{p->lowerUsPerByte * unitBytes, p->usPerByte * unitBytes, p->describe(graph)};
 }
 
 }  // namespace hetcomm::coll::synth

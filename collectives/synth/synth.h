@@ -24,6 +24,7 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
 struct PackingTimes {
   double lowerUs = 0;    // no tree packing is faster (the linear program's dual bound); 0 where not computed
   double packingUs = 0;  // the packing the synthesised schedule runs: its most loaded port's time
+  std::string trees;     // that packing's trees and port loads (Packing::describe)
 };
 Result<PackingTimes> packingTimes(const topo::LinkGraph& graph, CollKind kind, int rootRank, double bytes);
 

@@ -714,7 +714,19 @@ std::string Packing::describe(const topo::LinkGraph& g) const {
         out += format("; in turn rooted at %s", g.hosts[wt.turns[i].root].name.c_str());
       out += "\n";
     }
-  return out + format("bottleneck %.4g us per byte of demand\n", usPerByte);
+  // The loaded port directions, most loaded first, over the bottleneck: a port at 1.00 that is not the bound's
+  // binding one has no slack, and a schedule's hiccup on it shows at the ends of a call.
+  const Load L = portLoads(g, *this);
+  const double most = std::max(maxCongestion(g, L), 1e-300);
+  std::vector<std::pair<double, size_t>> loaded;
+  for (size_t e = 0; e < L.size(); ++e)
+    if (L[e] > 0) loaded.push_back({L[e] / g.ports[e / 2].gbps / most, e});
+  std::stable_sort(loaded.begin(), loaded.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  out += "ports over the bottleneck:";
+  for (const auto& [share, e] : loaded)
+    out += format(" %s %s %s %.2f", g.hosts[g.ports[e / 2].host].name.c_str(), g.ports[e / 2].name.c_str(),
+                  e % 2 ? "in" : "out", share);
+  return out + format("\nbottleneck %.4g us per byte of demand\n", usPerByte);
 }
 
 namespace {

@@ -47,6 +47,8 @@ int main(int argc, char** argv) {
   app.add_option("--size", size, "the collective's size in bytes (nccl-tests' size; K/M/G suffixes; default 64M)")
       ->transform(CLI::AsSizeValue(false));
   app.add_option("--json", jsonPath, "also write the table as JSON to this file");
+  bool showTrees = false;
+  app.add_flag("--trees", showTrees, "also print each packing's trees and its ports' loads over the bottleneck");
   CLI11_PARSE(app, argc, argv);
   if (size <= 0) {
     std::fprintf(stderr, "hetcomm-packing: --size %lld: expected a positive byte count\n",
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
       {topo::BoundKind::kReduceScatter, coll::CollKind::kReduceScatter},
       {topo::BoundKind::kBroadcast, coll::CollKind::kBroadcast},
       {topo::BoundKind::kReduce, coll::CollKind::kReduce}};
+  std::vector<std::string> trees;
   for (const auto& [boundKind, collKind] : kinds) {
     const double boundUs = topo::collectiveBound(g, boundKind, 0).usPerByte * bytes;
     auto t = coll::synth::packingTimes(g, collKind, 0, bytes);
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "hetcomm-packing: %s: %s\n", clusterFile.c_str(), t.error().toString().c_str());
       return 1;
     }
+    trees.push_back(t->trees);
     const bool bestKnown = t->lowerUs > 0;
     const double bestOverBound = t->lowerUs / boundUs, packingOverBound = t->packingUs / boundUs;
     const std::string fault = atFault(bestOverBound, bestKnown ? t->packingUs / t->lowerUs : 0, bestKnown);
@@ -94,6 +98,8 @@ int main(int argc, char** argv) {
         {"at_fault", fault}};
   }
   std::printf("(best/ and packing/: over the bound; broadcast and reduce: root 0)\n");
+  for (size_t i = 0; showTrees && i < trees.size(); ++i)
+    std::printf("\n%s:\n%s", topo::boundKindName(kinds[i].first), trees[i].c_str());
   if (!jsonPath.empty()) {
     std::ofstream f(jsonPath);
     f << out.dump(2) << "\n";

@@ -6,6 +6,7 @@
 
 #include <limits>
 #include <random>
+#include <sstream>
 
 #include "collectives/group_cache.h"
 #include "collectives/synth/trees.h"
@@ -242,6 +243,34 @@ TEST(Synth, TreesSpanEveryHostAndWeightsSumToOne) {
 // An allreduce tree that goes up and down the same edges costs every port the same from any root. On two hosts
 // pieces take turns at both, so each host's links start the call sending instead of waiting for the first sums;
 // on more hosts a tree keeps one root.
+// describe() lists every loaded port direction over the bottleneck, most loaded first: the first at 1.00, none
+// above, and on a broadcast out of h0 its NIC's way out among the first (hetcomm-packing --trees prints it).
+TEST(Synth, DescribeListsThePortsLoadsOverTheBottleneck) {
+  auto g = shipped("island3-lone1");
+  const synth::Packing p = packed(*g, synth::TreeUse::kOut, 0);
+  const std::string text = p.describe(*g);
+  const size_t at = text.find("ports over the bottleneck:");
+  ASSERT_NE(at, std::string::npos) << text;
+  std::istringstream ports(text.substr(at + std::string("ports over the bottleneck:").size()));
+  std::string host, port, dir, line;
+  std::getline(ports, line);
+  std::istringstream items(line);
+  double share = 0, previous = 2;
+  int n = 0;
+  bool rootOut = false;
+  while (items >> host >> port >> dir >> share) {
+    EXPECT_TRUE(dir == "in" || dir == "out") << line;
+    EXPECT_LE(share, previous + 1e-9) << "most loaded first: " << line;
+    if (n == 0) EXPECT_NEAR(share, 1.0, 0.005) << line;
+    rootOut = rootOut || (host == g->hosts[0].name && dir == "out" && share > 0.99);
+    previous = share;
+    ++n;
+  }
+  EXPECT_GE(n, 2) << line;
+  EXPECT_TRUE(items.eof()) << "every entry is host, port, direction, share: " << line;
+  EXPECT_TRUE(rootOut) << "the broadcast's root sends at the bottleneck: " << text;
+}
+
 TEST(Synth, AllReduceTreesOnTwoHostsTakeTurnsAtBothForTheSameLoads) {
   for (const char* name : {"mixed-2x2", "dualrail-2x2", "three-level-6"}) {
     SCOPED_TRACE(name);
