@@ -234,19 +234,19 @@ if ucx:
             s: ucx_perftest(f"pingpong.ucx-{tls}.ucp_am_lat.{s}.r{r}", tls, s) for s in (sizes[0], 4096) if s <= hi}
 
 samples = {k: {} for k in configs}  # key -> size -> {round: us}
-groups = {}  # (table, nranks, transport) -> its configurations: hetcomm and its peers
+by_table = {}  # (table, nranks, transport) -> its configurations: hetcomm and its peers
 for k in configs:
-    groups.setdefault(k[:3], []).append(k)
+    by_table.setdefault(k[:3], []).append(k)
 for r in range(rounds):
     # The groups in an order shuffled per round, and a group's runs (hetcomm and its peers) back to back, in an
     # order shuffled too: the ratios compare runs seconds apart. (A 2-vCPU VM moves between modes for minutes at a
     # time: on the AMD EPYC VM, 2026-11-29, 8 B shm ping-pongs of both libraries took 0.11 us one way in some
     # rounds and 0.37 in others.)
     rng = random.Random(f"latency{r}")
-    order = list(groups)
+    order = list(by_table)
     rng.shuffle(order)
     for g in order:
-        members = list(groups[g])
+        members = list(by_table[g])
         rng.shuffle(members)
         for k in members:
             for size, us in configs[k](r).items():
