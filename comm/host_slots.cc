@@ -98,6 +98,8 @@ Result<bool> HostSlots::advance(const std::vector<transport::Connection*>& conns
   if (Ref flag(block(rank_).sleeping); flag.load(std::memory_order_relaxed)) flag.store(0, std::memory_order_relaxed);
   while (next_ < nranks_) {
     const int q = next_;
+    // q's data fetched beside its round (as the shm ring's readIn does): a hint, read below only once the round is up.
+    if (q != rank_) __builtin_prefetch(block(q).data[b]);
     if (!roundUp(q)) {
       // Still waiting for q: has it started something else under this sequence number, or gone?
       Descriptor theirs;
