@@ -4,22 +4,28 @@
 # algorithm forced (HETCOMM_ALGO), alternating in one run; and, for 2 ranks at 64 MiB, the default path against
 # Open MPI (vader over shared memory, the tcp BTL over loopback) and Gloo's ring over loopback.
 #
-# Each round runs, for every N in --nranks and T in --transports, in an order shuffled per round (a fixed order lets
-# the machine's drift favour whoever runs first):
-#   auto    hetcomm-run -np N -x HETCOMM_TRANSPORT=T all_reduce_perf -b MIN -e 1M -f STEP -c 0 -n SMALL_ITERS -w W,
-#           then the same from 2 MiB to MAX with -n ITERS (a call of a few microseconds varies by 2x from one run to
-#           the next on this machine: many iterations; a large one is long enough in itself)
+# Each round runs, for every N in --nranks, T in --transports and band of sizes (8 B-1 KiB, 2-64 KiB, 128 KiB-1 MiB,
+# 2-16 MiB, 32 MiB and up, cut to --min/--max), back to back in an order shuffled per round (a fixed order lets the
+# machine's drift favour whoever runs first):
+#   auto    hetcomm-run -np N -x HETCOMM_TRANSPORT=T all_reduce_perf -b LO -e HI -f STEP -c 0 -n I -w W, I being
+#           SMALL_ITERS up to 1 MiB and ITERS above (a call of a few microseconds varies by 2x from one run to the
+#           next on this machine: many iterations; a large one is long enough in itself)
 #   ALGO    the same with -x HETCOMM_ALGO=ALGO, for each ALGO in --algos (default: ring,rd, every allreduce algorithm
 #           that serves one host: hier and synth need two hosts)
-# then (--peers, the default) for 2 ranks at 64 MiB:
-#   vader   mpirun -np 2 --mca btl vader,self mpi_allreduce       (against hetcomm over shm)
-#   mpitcp  mpirun -np 2 --mca btl tcp,self (loopback) mpi_allreduce (against hetcomm over tcp)
-#   gloo    gloo_allreduce --algo ring, 2 processes on loopback   (against hetcomm over tcp)
+# The band keeps the runs compared with each other seconds apart: this VM switches between a fast and a slow mode
+# for minutes at a time (2-3x apart on small calls), and a whole sweep per algorithm put them minutes apart.
+# and (--peers, the default) for 2 ranks, in the shuffled order of the band that holds 64 MiB (so that they run
+# beside hetcomm's run of that size), at 64 MiB:
+#   vader   mpirun -np 2 --mca btl vader,self mpi_allreduce       (with hetcomm over shm)
+#   mpitcp  mpirun -np 2 --mca btl tcp,self (loopback) mpi_allreduce (with hetcomm over tcp)
+#   gloo    gloo_allreduce --algo ring, 2 processes on loopback   (with hetcomm over tcp)
 # The time per call is nccl-tests' out-of-place time column (us, the average over iterations and ranks). Per size
 # the script prints the median over rounds for auto and every forced algorithm, which algorithm auto chose, and
-# chosen/best: the median time of the chosen algorithm (its forced runs, so that both sides of the ratio are the
-# same kind of run) over the fastest forced algorithm's; criterion: <= 1.05. Then the peers' busbw at 64 MiB and
-# the ratios against them (criteria: >= 2.5 against vader, >= 1.2 against the better of Gloo and Open MPI's tcp).
+# chosen/best: per round, the time of the algorithm auto chose in that round (its forced run, so that both sides
+# of the ratio are the same kind of run; auto's own run where it chose one that --algos does not force) over the
+# fastest forced algorithm's in that round, the median over rounds; criterion: <= 1.05. Then the peers' busbw at 64 MiB and
+# the ratios against them, each the median of the rounds' own ratios (criteria: >= 2.5 against vader, >= 1.2 against
+# the better of Gloo and Open MPI's tcp).
 #
 # Usage: perf/compare/run-onehost.sh [--rounds 3] [--nranks 2,4] [--transports shm,tcp] [--algos ring,rd]
 #                                    [--min 8] [--max 256M] [--step 2] [--iters 5] [--small-iters 200]
@@ -74,6 +80,7 @@ done
 for v in ROUNDS ITERS SMALL_ITERS PEER_ITERS TIMEOUT_S; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v,,} must be a positive integer"
 done
+[[ $STEP =~ ^[0-9]+$ && $STEP -ge 2 ]] || die "--step must be an integer of at least 2 (sizes grow by that factor)"
 [[ $WARMUP =~ ^[0-9]+$ && $WAIT_QUIET_S =~ ^[0-9]+$ ]] || die "--warmup and --wait-quiet take non-negative integers"
 [[ $NRANKS =~ ^[1-9][0-9]*(,[1-9][0-9]*)*$ ]] || die "--nranks takes a comma list of rank counts"
 [[ $TRANSPORTS =~ ^(shm|tcp|ucx)(,(shm|tcp|ucx))*$ ]] || die "--transports takes a comma list of shm, tcp, ucx"
@@ -131,79 +138,119 @@ if not found:
 PY
 }
 
+# The bands of sizes, "LO HI ITERS" in bytes: the sizes STEP apart from MIN that fall in each (a band starts at the
+# first such size at or above its edge), many iterations up to 1 MiB.
+BANDS=()
+band_edges=(1 2048 131072 2097152 33554432)
+for ((i = 0; i < ${#band_edges[@]}; i++)); do
+  edge=${band_edges[i]} next=${band_edges[i + 1]:-0}
+  lo='' hi=''
+  for ((size = MIN_B; size <= MAX_B; size *= STEP)); do
+    ((size >= edge && (next == 0 || size < next))) || continue
+    [[ -n $lo ]] || lo=$size
+    hi=$size
+  done
+  [[ -n $lo ]] && BANDS+=("$lo $hi $((hi <= 1 << 20 ? SMALL_ITERS : ITERS))")
+done
+
+# run_peer NAME ROUND: one of the peers at PEER_SIZE, 2 ranks, into the samples.
+run_peer() {
+  local peer=$1 r=$2 log=$LOG_DIR/$1.round$2.log store k pids=()
+  local mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca pml ob1)
+  case $peer in
+    vader)
+      run_logged "$log" "${mpi[@]}" --mca btl vader,self "$MPI_BIN" --sizes "$PEER_SIZE" --iters "$PEER_ITERS" --warmup 5
+      rows 2 shm vader "$r" "$log" ;;
+    mpitcp)
+      run_logged "$log" "${mpi[@]}" --mca btl tcp,self --mca btl_tcp_if_include lo "$MPI_BIN" --sizes "$PEER_SIZE" \
+        --iters "$PEER_ITERS" --warmup 5
+      rows 2 tcp mpitcp "$r" "$log" ;;
+    gloo)
+      store=$(mktemp -d)
+      for k in 0 1; do
+        timeout "$TIMEOUT_S" "$GLOO_BIN" --rank $k --size 2 --store "$store" --host 127.0.0.1 --algo ring \
+          --sizes "$PEER_SIZE" --iters "$PEER_ITERS" --warmup 5 >"$log.rank$k" 2>&1 &
+        pids+=($!)
+      done
+      for k in "${pids[@]}"; do wait "$k" || die "gloo_allreduce failed (see $log.rank*)"; done
+      rm -rf "$store"
+      cp "$log.rank0" "$log"
+      rows 2 tcp gloo "$r" "$log" ;;
+  esac
+}
+PEER_SIZE=67108864
+# The peers need 64 MiB among the sizes run.
+if [[ $PEERS -eq 1 ]]; then
+  in_range=0
+  for ((size = MIN_B; size <= MAX_B; size *= STEP)); do ((size == PEER_SIZE)) && in_range=1; done
+  ((in_range)) || die "the peers run at 64 MiB: --min, --max and --step must include it (or --no-peers)"
+fi
+
 IFS=, read -r -a NLIST <<<"$NRANKS"
 IFS=, read -r -a TLIST <<<"$TRANSPORTS"
 IFS=, read -r -a ALIST <<<"$ALGOS"
 for ((r = 1; r <= ROUNDS; r++)); do
   for n in "${NLIST[@]}"; do
     for t in "${TLIST[@]}"; do
-      mapfile -t order < <(printf '%s\n' auto "${ALIST[@]}" | shuf --random-source=<(yes "$r$n$t"))
-      for peer in "${order[@]}"; do
-        algo=()
-        [[ $peer == auto ]] || algo=(-x HETCOMM_ALGO="$peer")
-        for part in small large; do
-          log=$LOG_DIR/np$n.$t.$peer.$part.round$r.log
-          if [[ $part == small ]]; then  # up to 1 MiB, many iterations; none where --min is above it
-            ((MIN_B <= 1 << 20)) || continue
-            range=(-b "$MIN" -e "$((MAX_B < 1 << 20 ? MAX_B : 1 << 20))" -n "$SMALL_ITERS")
-          else
-            ((MAX_B >= 2 << 20)) || continue
-            range=(-b "$((MIN_B > 2 << 20 ? MIN_B : 2 << 20))" -e "$MAX" -n "$ITERS")
+      for ((band = 0; band < ${#BANDS[@]}; band++)); do
+        read -r lo hi iters <<<"${BANDS[band]}"
+        others=()
+        if [[ $PEERS -eq 1 && $n -eq 2 && $lo -le $PEER_SIZE && $hi -ge $PEER_SIZE ]]; then
+          case $t in shm) others=(vader) ;; tcp) others=(mpitcp gloo) ;; esac
+        fi
+        mapfile -t order < <(printf '%s\n' auto "${ALIST[@]}" "${others[@]}" | shuf --random-source=<(yes "$r$n$t$band"))
+        for peer in "${order[@]}"; do
+          if [[ $peer == vader || $peer == mpitcp || $peer == gloo ]]; then
+            run_peer "$peer" "$r"
+            continue
           fi
+          algo=()
+          [[ $peer == auto ]] || algo=(-x HETCOMM_ALGO="$peer")
+          log=$LOG_DIR/np$n.$t.$peer.band$band.round$r.log
           [[ $WAIT_QUIET_S -eq 0 ]] || wait_quiet "$WAIT_QUIET_S" 15 >/dev/null
           run_logged "$log" "$RUN" -np "$n" -x HETCOMM_TRANSPORT="$t" "${algo[@]}" "$BUILD/bin/all_reduce_perf" \
-            "${range[@]}" -f "$STEP" -c 0 -w "$WARMUP"
+            -b "$lo" -e "$hi" -n "$iters" -f "$STEP" -c 0 -w "$WARMUP"
           rows "$n" "$t" "$peer" "$r" "$log"
         done
       done
-      echo "run-onehost: round $r np $n $t done (order ${order[*]})" >&2
+      echo "run-onehost: round $r np $n $t done (${#BANDS[@]} bands of sizes, each in its own shuffled order)" >&2
     done
   done
-  if [[ $PEERS -eq 1 ]]; then
-    mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca pml ob1)
-    log=$LOG_DIR/vader.round$r.log
-    run_logged "$log" "${mpi[@]}" --mca btl vader,self "$MPI_BIN" --sizes 67108864 --iters "$PEER_ITERS" --warmup 5
-    rows 2 shm vader "$r" "$log"
-    log=$LOG_DIR/mpitcp.round$r.log
-    run_logged "$log" "${mpi[@]}" --mca btl tcp,self --mca btl_tcp_if_include lo "$MPI_BIN" --sizes 67108864 \
-      --iters "$PEER_ITERS" --warmup 5
-    rows 2 tcp mpitcp "$r" "$log"
-    log=$LOG_DIR/gloo.round$r.log
-    store=$(mktemp -d)
-    pids=()
-    for k in 0 1; do
-      timeout "$TIMEOUT_S" "$GLOO_BIN" --rank $k --size 2 --store "$store" --host 127.0.0.1 --algo ring \
-        --sizes 67108864 --iters "$PEER_ITERS" --warmup 5 >"$log.rank$k" 2>&1 &
-      pids+=($!)
-    done
-    for p in "${pids[@]}"; do wait "$p" || die "gloo_allreduce failed (see $log.rank*)"; done
-    rm -rf "$store"
-    cp "$log.rank0" "$log"
-    rows 2 tcp gloo "$r" "$log"
-    echo "run-onehost: round $r peers done" >&2
-  fi
 done
 
 python3 - "$SAMPLES" "$JSON_OUT" "$ALGOS" "$ROUNDS" "$ITERS" "$LOG_DIR" <<'PY'
 import json, statistics, sys, time
 samples, json_out, algos, rounds, iters, log_dir = sys.argv[1:7]
 algos = algos.split(",")
-data = {}  # (n, transport) -> peer -> size -> {"t": [...], "algo": set, "pred": [...]}
+data = {}  # (n, transport) -> peer -> size -> {"t": [...], "algo": set, "pred": [...], "by_round": {round: (us, algo)}}
 for line in open(samples):
     n, t, peer, size, rnd, us, algo, pred = line.rstrip("\n").split("\t")
-    d = data.setdefault((int(n), t), {}).setdefault(peer, {}).setdefault(int(size), {"t": [], "algo": set(), "pred": []})
+    d = data.setdefault((int(n), t), {}).setdefault(peer, {}).setdefault(
+        int(size), {"t": [], "algo": set(), "pred": [], "by_round": {}})
     d["t"].append(float(us))
     d["algo"].add(algo)
+    d["by_round"][rnd] = (float(us), algo)
     if pred != "nan":
         d["pred"].append(float(pred))
 med = lambda d: statistics.median(d["t"])
+def round_ratio(peers, size):
+    # Per round: the time of what auto chose (its forced run; auto's own where --algos does not force it) over the
+    # fastest forced run of that round; the median over the rounds. None where nothing was forced.
+    ratios = []
+    for rnd, (auto_us, chose) in peers["auto"][size]["by_round"].items():
+        forced = {a: peers[a][size]["by_round"][rnd][0] for a in algos
+                  if size in peers.get(a, {}) and rnd in peers[a][size]["by_round"]}
+        if forced:
+            ratios.append(forced.get(chose, auto_us) / min(forced.values()))
+    return statistics.median(ratios) if ratios else None
 out = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "rounds": int(rounds), "iters": int(iters), "logs": log_dir,
        "configs": {}, "worst_chosen_over_best": None, "peers": {}}
-worst = 1.0
+worst, within, counted = 1.0, 0, 0
 for (n, t), peers in sorted(data.items()):
     if "auto" not in peers:
         continue
-    print(f"\nallreduce float32, {n} ranks over {t}: median time per call (us) of {rounds} rounds")
+    print(f"\nallreduce float32, {n} ranks over {t}: median time per call (us) of {rounds} rounds; chosen/best: the "
+          "median of the rounds' own ratios")
     head = f"{'size':>10}{'auto':>12}{'chose':>8}" + "".join(f"{a:>12}" for a in algos) + f"{'best':>8}{'chosen/best':>13}"
     print(head)
     cfg = {}
@@ -212,9 +259,11 @@ for (n, t), peers in sorted(data.items()):
         chose = ",".join(sorted(auto["algo"]))
         forced = {a: med(peers[a][size]) for a in algos if a in peers and size in peers[a]}
         best = min(forced, key=forced.get) if forced else None
-        ratio = forced[chose] / forced[best] if best and chose in forced else None
+        ratio = round_ratio(peers, size)
         if ratio is not None:
             worst = max(worst, ratio)
+            counted += 1
+            within += ratio <= 1.05
         mark = "" if ratio is None or ratio <= 1.05 else "  <-- more than 5% off"
         print(f"{size:>10}{med(auto):>12.1f}{chose:>8}" + "".join(f"{forced.get(a, float('nan')):>12.1f}" for a in algos)
               + f"{best or '-':>8}{(f'{ratio:.3f}' if ratio else '-'):>13}{mark}")
@@ -223,7 +272,9 @@ for (n, t), peers in sorted(data.items()):
                           "auto_predicted_us": statistics.median(auto["pred"]) if auto["pred"] else None}
     out["configs"][f"np{n}-{t}"] = cfg
 out["worst_chosen_over_best"] = worst
-print(f"\nworst chosen/best over every size, rank count and transport: {worst:.3f} (criterion <= 1.05)")
+out["within_5_percent"] = {"sizes": within, "of": counted}
+print(f"\nchosen/best within 5 %: {within} of {counted} sizes; worst over every size, rank count and transport: "
+      f"{worst:.3f} (criterion <= 1.05)")
 big = 67108864
 def busbw(n, us):  # nccl-tests' allreduce bus bandwidth, GB/s
     return big / (us * 1e-6) / 1e9 * 2 * (n - 1) / n
@@ -233,19 +284,32 @@ def peer_bw(t, peer):
 shm, tcp = peer_bw("shm", "auto"), peer_bw("tcp", "auto")
 vader, mpitcp, gloo = peer_bw("shm", "vader"), peer_bw("tcp", "mpitcp"), peer_bw("tcp", "gloo")
 if vader or mpitcp or gloo:
-    print(f"\n2 ranks, 64 MiB, busbw GB/s (median of {rounds} rounds):")
+    print(f"\n2 ranks, 64 MiB, busbw GB/s (median of {rounds} rounds; the ratios: the median of the rounds' own)")
     for name, v in (("hetcomm auto, shm", shm), ("Open MPI vader", vader), ("hetcomm auto, tcp", tcp),
                     ("Open MPI tcp", mpitcp), ("Gloo ring (tcp)", gloo)):
         if v:
             print(f"  {name:<20}{v:.3f}")
-    if shm and vader:
-        print(f"  hetcomm shm / vader: {shm / vader:.2f} (criterion >= 2.5)")
-    best_tcp = max(v for v in (mpitcp, gloo) if v) if (mpitcp or gloo) else None
-    if tcp and best_tcp:
-        print(f"  hetcomm tcp / best of Gloo and Open MPI tcp: {tcp / best_tcp:.2f} (criterion >= 1.2)")
+    def paired(t, peer_names):
+        # Per round, hetcomm's busbw over the best of the peers' in that round (they ran beside it); the median.
+        auto = data.get((2, t), {}).get("auto", {}).get(big)
+        ratios = []
+        for rnd, (us, _) in (auto["by_round"].items() if auto else []):
+            theirs = [data[(2, t)][p][big]["by_round"][rnd][0] for p in peer_names
+                      if big in data[(2, t)].get(p, {}) and rnd in data[(2, t)][p][big]["by_round"]]
+            if theirs:
+                ratios.append(min(theirs) / us)
+        return (statistics.median(ratios), min(ratios), max(ratios)) if ratios else None
+    shm_ratio, tcp_ratio = paired("shm", ["vader"]), paired("tcp", ["mpitcp", "gloo"])
+    if shm_ratio:
+        print(f"  hetcomm shm / vader: {shm_ratio[0]:.2f} (rounds {shm_ratio[1]:.2f}-{shm_ratio[2]:.2f}; "
+              "criterion >= 2.5)")
+    if tcp_ratio:
+        print(f"  hetcomm tcp / best of Gloo and Open MPI tcp: {tcp_ratio[0]:.2f} (rounds {tcp_ratio[1]:.2f}-"
+              f"{tcp_ratio[2]:.2f}; criterion >= 1.2)")
     out["peers"] = {"hetcomm_shm": shm, "vader": vader, "hetcomm_tcp": tcp, "mpi_tcp": mpitcp, "gloo_ring": gloo,
-                    "shm_over_vader": shm / vader if shm and vader else None,
-                    "tcp_over_best_peer": tcp / best_tcp if tcp and best_tcp else None}
+                    "shm_over_vader": shm_ratio[0] if shm_ratio else None,
+                    "tcp_over_best_peer": tcp_ratio[0] if tcp_ratio else None,
+                    "ratios_are": "the median over rounds of each round's ratio"}
 if json_out:
     with open(json_out, "w") as f:
         json.dump(out, f, indent=2)
