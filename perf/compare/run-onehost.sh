@@ -10,12 +10,16 @@
 #   auto    hetcomm-run -np N -x HETCOMM_TRANSPORT=T all_reduce_perf -b LO -e HI -f STEP -c 0 -n I -w W, I being
 #           SMALL_ITERS up to 1 MiB and ITERS above (a call of a few microseconds varies by 2x from one run to the
 #           next on this machine: many iterations; a large one is long enough in itself)
-#   ALGO    the same with -x HETCOMM_ALGO=ALGO, for each ALGO in --algos (default: ring,rd, every allreduce algorithm
-#           that serves one host: hier and synth need two hosts)
+#   ALGO    the same with -x HETCOMM_ALGO=ALGO, for each ALGO in --algos (default: ring,rd,slots, every allreduce
+#           algorithm that serves one host: hier and synth need two hosts). An algorithm forced where it does not
+#           serve the call (slots above its size, or over tcp) runs the automatic choice instead; its table rows
+#           name the algorithm that ran, and only rows of the forced one count as that algorithm's.
 # The band keeps the runs compared with each other seconds apart: this VM switches between a fast and a slow mode
 # for minutes at a time (2-3x apart on small calls), and a whole sweep per algorithm put them minutes apart.
 # and (--peers, the default) for 2 ranks, in the shuffled order of the band that holds 64 MiB (so that they run
-# beside hetcomm's run of that size), at 64 MiB:
+# beside hetcomm's runs of that size), at 64 MiB with PEER_ITERS iterations after 5 warm-up calls:
+#   hetcomm hetcomm-run -np 2 all_reduce_perf, the automatic choice, over shm and over tcp: what the peers are
+#           compared with (the same size and iterations as theirs; a sweep's 5 calls of 64 MiB are 50 ms)
 #   vader   mpirun -np 2 --mca btl vader,self mpi_allreduce       (with hetcomm over shm)
 #   mpitcp  mpirun -np 2 --mca btl tcp,self (loopback) mpi_allreduce (with hetcomm over tcp)
 #   gloo    gloo_allreduce --algo ring, 2 processes on loopback   (with hetcomm over tcp)
@@ -23,11 +27,11 @@
 # the script prints the median over rounds for auto and every forced algorithm, which algorithm auto chose, and
 # chosen/best: per round, the time of the algorithm auto chose in that round (its forced run, so that both sides
 # of the ratio are the same kind of run; auto's own run where it chose one that --algos does not force) over the
-# fastest forced algorithm's in that round, the median over rounds; criterion: <= 1.05. Then the peers' busbw at 64 MiB and
-# the ratios against them, each the median of the rounds' own ratios (criteria: >= 2.5 against vader, >= 1.2 against
-# the better of Gloo and Open MPI's tcp).
+# fastest forced algorithm's in that round, the median over rounds; criterion: <= 1.05. Then the peers' busbw at
+# 64 MiB and the ratios against them, each the median of the rounds' own ratios (criteria: >= 2.5 against vader,
+# >= 1.2 against the better of Gloo and Open MPI's tcp).
 #
-# Usage: perf/compare/run-onehost.sh [--rounds 3] [--nranks 2,4] [--transports shm,tcp] [--algos ring,rd]
+# Usage: perf/compare/run-onehost.sh [--rounds 3] [--nranks 2,4] [--transports shm,tcp] [--algos ring,rd,slots]
 #                                    [--min 8] [--max 256M] [--step 2] [--iters 5] [--small-iters 200]
 #                                    [--warmup 3] [--no-peers]
 #                                    [--peer-iters 20] [--json FILE] [--timeout 900] [--wait-quiet SEC]
@@ -38,7 +42,7 @@ REPO_ROOT=$(cd "$SCRIPT_DIR/../.." && pwd)
 ROUNDS=3
 NRANKS=2,4
 TRANSPORTS=shm,tcp
-ALGOS=ring,rd
+ALGOS=ring,rd,slots
 MIN=8
 MAX=256M
 STEP=2
@@ -153,11 +157,16 @@ for ((i = 0; i < ${#band_edges[@]}; i++)); do
   [[ -n $lo ]] && BANDS+=("$lo $hi $((hi <= 1 << 20 ? SMALL_ITERS : ITERS))")
 done
 
-# run_peer NAME ROUND: one of the peers at PEER_SIZE, 2 ranks, into the samples.
+# run_peer NAME ROUND TRANSPORT: one of the peers at PEER_SIZE, 2 ranks, into the samples; "hetcomm" is the
+# automatic choice over TRANSPORT run as the peers are (that one size, their iterations), for the ratios.
 run_peer() {
-  local peer=$1 r=$2 log=$LOG_DIR/$1.round$2.log store k pids=()
+  local peer=$1 r=$2 t=$3 log=$LOG_DIR/$1.$3.round$2.log store k pids=()
   local mpi=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np 2 --mca pml ob1)
   case $peer in
+    hetcomm)
+      run_logged "$log" "$RUN" -np 2 -x HETCOMM_TRANSPORT="$t" "$BUILD/bin/all_reduce_perf" -b "$PEER_SIZE" \
+        -e "$PEER_SIZE" -n "$PEER_ITERS" -c 0 -w 5
+      rows 2 "$t" hetcomm "$r" "$log" ;;
     vader)
       run_logged "$log" "${mpi[@]}" --mca btl vader,self "$MPI_BIN" --sizes "$PEER_SIZE" --iters "$PEER_ITERS" --warmup 5
       rows 2 shm vader "$r" "$log" ;;
@@ -196,12 +205,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
         read -r lo hi iters <<<"${BANDS[band]}"
         others=()
         if [[ $PEERS -eq 1 && $n -eq 2 && $lo -le $PEER_SIZE && $hi -ge $PEER_SIZE ]]; then
-          case $t in shm) others=(vader) ;; tcp) others=(mpitcp gloo) ;; esac
+          case $t in shm) others=(hetcomm vader) ;; tcp) others=(hetcomm mpitcp gloo) ;; esac
         fi
         mapfile -t order < <(printf '%s\n' auto "${ALIST[@]}" "${others[@]}" | shuf --random-source=<(yes "$r$n$t$band"))
         for peer in "${order[@]}"; do
-          if [[ $peer == vader || $peer == mpitcp || $peer == gloo ]]; then
-            run_peer "$peer" "$r"
+          if [[ $peer == hetcomm || $peer == vader || $peer == mpitcp || $peer == gloo ]]; then
+            run_peer "$peer" "$r" "$t"
             continue
           fi
           algo=()
@@ -225,6 +234,8 @@ algos = algos.split(",")
 data = {}  # (n, transport) -> peer -> size -> {"t": [...], "algo": set, "pred": [...], "by_round": {round: (us, algo)}}
 for line in open(samples):
     n, t, peer, size, rnd, us, algo, pred = line.rstrip("\n").split("\t")
+    if peer in algos and algo != peer:
+        continue  # forced where it does not serve: the automatic choice ran
     d = data.setdefault((int(n), t), {}).setdefault(peer, {}).setdefault(
         int(size), {"t": [], "algo": set(), "pred": [], "by_round": {}})
     d["t"].append(float(us))
@@ -281,7 +292,7 @@ def busbw(n, us):  # nccl-tests' allreduce bus bandwidth, GB/s
 def peer_bw(t, peer):
     d = data.get((2, t), {}).get(peer, {}).get(big)
     return busbw(2, med(d)) if d else None
-shm, tcp = peer_bw("shm", "auto"), peer_bw("tcp", "auto")
+shm, tcp = peer_bw("shm", "hetcomm"), peer_bw("tcp", "hetcomm")
 vader, mpitcp, gloo = peer_bw("shm", "vader"), peer_bw("tcp", "mpitcp"), peer_bw("tcp", "gloo")
 if vader or mpitcp or gloo:
     print(f"\n2 ranks, 64 MiB, busbw GB/s (median of {rounds} rounds; the ratios: the median of the rounds' own)")
@@ -291,7 +302,7 @@ if vader or mpitcp or gloo:
             print(f"  {name:<20}{v:.3f}")
     def paired(t, peer_names):
         # Per round, hetcomm's busbw over the best of the peers' in that round (they ran beside it); the median.
-        auto = data.get((2, t), {}).get("auto", {}).get(big)
+        auto = data.get((2, t), {}).get("hetcomm", {}).get(big)
         ratios = []
         for rnd, (us, _) in (auto["by_round"].items() if auto else []):
             theirs = [data[(2, t)][p][big]["by_round"][rnd][0] for p in peer_names
