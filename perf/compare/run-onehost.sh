@@ -142,14 +142,16 @@ if not found:
 PY
 }
 
-# The bands of sizes, "LO HI ITERS" in bytes: the sizes STEP apart from MIN that fall in each (a band starts at the
-# first such size at or above its edge), many iterations up to 1 MiB.
+# The sizes run (as all_reduce_perf steps them), and their bands, "LO HI ITERS" in bytes: the sizes that fall in
+# each (a band starts at the first size at or above its edge), many iterations up to 1 MiB.
+SIZES=()
+for ((size = MIN_B; size <= MAX_B; size *= STEP)); do SIZES+=("$size"); done
 BANDS=()
 band_edges=(1 2048 131072 2097152 33554432)
 for ((i = 0; i < ${#band_edges[@]}; i++)); do
   edge=${band_edges[i]} next=${band_edges[i + 1]:-0}
   lo='' hi=''
-  for ((size = MIN_B; size <= MAX_B; size *= STEP)); do
+  for size in "${SIZES[@]}"; do
     ((size >= edge && (next == 0 || size < next))) || continue
     [[ -n $lo ]] || lo=$size
     hi=$size
@@ -189,10 +191,8 @@ run_peer() {
 }
 PEER_SIZE=67108864
 # The peers need 64 MiB among the sizes run.
-if [[ $PEERS -eq 1 ]]; then
-  in_range=0
-  for ((size = MIN_B; size <= MAX_B; size *= STEP)); do ((size == PEER_SIZE)) && in_range=1; done
-  ((in_range)) || die "the peers run at 64 MiB: --min, --max and --step must include it (or --no-peers)"
+if [[ $PEERS -eq 1 && " ${SIZES[*]} " != *" $PEER_SIZE "* ]]; then
+  die "the peers run at 64 MiB: --min, --max and --step must include it (or --no-peers)"
 fi
 
 IFS=, read -r -a NLIST <<<"$NRANKS"
