@@ -240,9 +240,6 @@ TEST(Synth, TreesSpanEveryHostAndWeightsSumToOne) {
   }
 }
 
-// An allreduce tree that goes up and down the same edges costs every port the same from any root. On two hosts
-// pieces take turns at both, so each host's links start the call sending instead of waiting for the first sums;
-// on more hosts a tree keeps one root.
 // describe() lists every loaded port direction over the bottleneck, most loaded first: the first at 1.00, none
 // above, and on a broadcast out of h0 its NIC's way out among the first (hetcomm-packing --trees prints it).
 TEST(Synth, DescribeListsThePortsLoadsOverTheBottleneck) {
@@ -271,6 +268,9 @@ TEST(Synth, DescribeListsThePortsLoadsOverTheBottleneck) {
   EXPECT_TRUE(rootOut) << "the broadcast's root sends at the bottleneck: " << text;
 }
 
+// An allreduce tree that goes up and down the same edges costs every port the same from any root. On two hosts
+// pieces take turns at both, so each host's links start the call sending instead of waiting for the first sums;
+// on more hosts a tree keeps one root.
 TEST(Synth, AllReduceTreesOnTwoHostsTakeTurnsAtBothForTheSameLoads) {
   for (const char* name : {"mixed-2x2", "dualrail-2x2", "three-level-6"}) {
     SCOPED_TRACE(name);
