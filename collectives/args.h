@@ -1,6 +1,7 @@
 // args.h: what a collective call asks for, as the collectives layer sees it (no pointers: planners are pure).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,6 +16,7 @@ namespace hetcomm::coll {
 struct GroupCache;
 
 enum class CollKind : uint8_t { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAlltoAll, kSendRecv };
+inline constexpr size_t kCollKinds = static_cast<size_t>(CollKind::kSendRecv) + 1;
 const char* name(CollKind kind);  // "allreduce", ...
 
 // One send or receive of a point-to-point group; seq numbers the messages between this rank and peer in one
@@ -77,6 +79,9 @@ struct GroupView {
   // The cluster as a capacitated graph (hosts, their NICs on fabrics, routes, memory rates): what schedule
   // synthesis packs trees over. Null when nothing is known of it (then synthesis does not apply).
   std::shared_ptr<const topo::LinkGraph> graph;
+  // Per collective kind, the share of its tree packing's rate the synthesised schedules reached on this cluster in
+  // earlier calls (comm/synth_efficiency.h); 0 where nothing was learned (the model's default then prices).
+  std::array<double, kCollKinds> learnedTreeEfficiency{};
   // What rank r copies and reduces on its own per second (GB/s of output) in a call on buffers of `bytes`: its
   // host's measured rates at that size (in cache for small buffers, out of cache for large ones; between two
   // measured sizes, interpolated on the log of the size), shared with the host's other ranks where they outnumber

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "collectives/algorithm_list.h"
+#include "collectives/synth/synth.h"
 #include "comm/comm_params.h"
 #include "comm/engine.h"
 #include "comm/link_probe.h"
@@ -78,6 +79,7 @@ Communicator::Communicator(int rank, int nranks, CommOptions options)
 
 Communicator::~Communicator() {
   if (initThread.joinable()) initThread.join();
+  saveEfficiency();
 }
 
 std::string Communicator::keyPrefix() const { return format("c%016llx", static_cast<unsigned long long>(commId_)); }
@@ -99,6 +101,7 @@ coll::GroupView Communicator::groupView(int rank, const topo::ClusterView& view,
     graph->hosts[h].memory = memoryRates_[from].bySize;
   }
   coll::GroupView g = coll::GroupView::fromGraph(rank, std::move(graph), chunkBytes_);
+  g.learnedTreeEfficiency = learnedEfficiency_;
   g.prepare();
   return g;
 }
@@ -282,14 +285,16 @@ Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
       a.root};
   if (auto it = plans_.find(key); it != plans_.end()) {
     op.predictedUs = it->second.predictedUs;
+    op.algorithm = it->second.algorithm;
     return it->second.plan;
   }
   HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(a, g, forcedAlgo_));
   op.predictedUs = sel.predictedUs;
+  op.algorithm = sel.algo->name();
   HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
   auto plan = std::make_shared<const coll::Schedule>(std::move(s));
   if (plans_.size() >= kMaxCachedPlans) plans_.clear();
-  plans_.emplace(key, CachedPlan{plan, sel.predictedUs});
+  plans_.emplace(key, CachedPlan{plan, sel.predictedUs, sel.algo->name()});
   HC_TRACE(Coll, "%s: algorithm %.*s, %zu steps, %s scratch", a.describe().c_str(), (int)sel.algo->name().size(),
            sel.algo->name().data(), plan->steps.size(), humanBytes(plan->scratchBytes).c_str());
   return plan;
@@ -558,6 +563,48 @@ void Communicator::checkPrediction(const Op& op) {
           op.args.describe().c_str(), seconds * 1e6, op.predictedUs, probeCacheFile_.c_str(), kStrikes,
           st.ok() ? "dropped the cache" : std::string(st.message()).c_str());
   probeCacheFile_.clear();
+  efficiencyFile_.clear();  // learned against the figures just dropped (dropProbeCache removed its file)
+}
+
+// Only calls whose result rank 0 waits for tell the schedule's time: those of an allreduce, an allgather or a
+// reduce-scatter, of a reduce it roots, of a broadcast rooted on another host (a broadcast's root, or a rank beside
+// it, is done when the data has left its host).
+void Communicator::learnEfficiency(const Op& op) {
+  constexpr size_t kMinBytes = 4 << 20;  // smaller calls are priced by their pipeline's fill as much as the rate
+  constexpr double kWriteEverySec = 1;
+  const coll::Args& a = op.args;
+  if (efficiencyFile_.empty() || op.algorithm != "synth" || !checksPrediction(op) ||
+      a.count * kernels::sizeOf(a.dtype) < kMinBytes)
+    return;
+  switch (a.kind) {
+    case coll::CollKind::kAllReduce:
+    case coll::CollKind::kAllGather:
+    case coll::CollKind::kReduceScatter:
+      break;
+    case coll::CollKind::kReduce:
+      if (a.root != rank_) return;
+      break;
+    case coll::CollKind::kBroadcast:
+      if (group_.hostOf(a.root) == group_.hostOf(rank_)) return;
+      break;
+    default:
+      return;
+  }
+  const double measuredUs = (nowSec() - currentStartSec_) * 1e6;
+  if (measuredUs <= 0) return;
+  efficiency_.add(a.kind, coll::synth::treeEfficiency(group_, a.kind) * op.predictedUs / measuredUs);
+  efficiencyDirty_ = true;
+  if (nowSec() - efficiencyWrittenSec_ >= kWriteEverySec) saveEfficiency();
+}
+
+void Communicator::saveEfficiency() {
+  if (!efficiencyDirty_ || efficiencyFile_.empty()) return;
+  efficiencyDirty_ = false;
+  efficiencyWrittenSec_ = nowSec();
+  if (Status st = writeSynthEfficiency(efficiencyFile_, efficiency_); !st.ok()) {
+    HC_INFO(Init, "%s: the synthesised schedules' efficiency is not kept", std::string(st.message()).c_str());
+    efficiencyFile_.clear();
+  }
 }
 
 void Communicator::failFromOutside(const Status& why) {
@@ -648,6 +695,7 @@ bool Communicator::progressOnce() {
     auto finished = std::move(current_);
     runner_ = Runner::kSchedule;
     checkPrediction(*finished);
+    learnEfficiency(*finished);
     currentDeadline_ = Deadline::never();
     setBusy(false);
     finishOp(finished, okStatus());

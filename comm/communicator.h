@@ -22,6 +22,7 @@
 #include "comm/host_slots.h"
 #include "comm/link_probe.h"
 #include "comm/op.h"
+#include "comm/synth_efficiency.h"
 #include "comm/transport_select.h"
 #include "comm/unique_id.h"
 #include "common/deadline.h"
@@ -178,6 +179,12 @@ class Communicator {
   // contradict by a wide margin, again and again, are dropped so that the next init measures afresh.
   bool checksPrediction(const Op& op) const;  // a collective large enough that its time tests the link figures
   void checkPrediction(const Op& op);
+  // What the synthesised schedules reach of their packing here (synth_efficiency.h): rank 0 reads what earlier
+  // communicators of the cluster learned and every rank takes it (collective, at init); rank 0 learns from its
+  // large synthesised collectives and writes the file (at most once a second while it runs, and at the end).
+  Status loadSynthEfficiency(Deadline deadline);
+  void learnEfficiency(const Op& op);
+  void saveEfficiency();
   // coresShared: some machine of the job runs more ranks than it has CPUs (ProbeContext::coresShared).
   Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
                     bool coresShared, Deadline deadline);
@@ -225,6 +232,11 @@ class Communicator {
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   std::vector<MemoryRates> memoryRates_;              // per host (probed), for the cost model's memory terms
   std::string probeCacheFile_;                        // the cache the link figures came from, if they did
+  std::array<double, coll::kCollKinds> learnedEfficiency_{};  // per kind, learned at init (0: the default)
+  std::string efficiencyFile_;                                // rank 0, where learning: the file it keeps
+  SynthEfficiency efficiency_;                                // rank 0: its observations, those read included
+  bool efficiencyDirty_ = false;
+  double efficiencyWrittenSec_ = 0;
   std::vector<char> tcpBetweenHosts_;                 // per host pair: its transport is tcp (it takes a path)
   std::mutex predictMu_;                              // guards predicted_
   // predictFor's views of the groups asked about last, most recent last; at most kPredictedGroups.
@@ -281,6 +293,7 @@ class Communicator {
   struct CachedPlan {
     std::shared_ptr<const coll::Schedule> plan;
     double predictedUs = 0;
+    std::string_view algorithm;
   };
   std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
   std::string forcedAlgo_;

@@ -16,7 +16,9 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <cmath>
 #include <numeric>
+#include <sstream>
 
 #include "comm/comm_params.h"
 #include "comm/communicator.h"
@@ -449,7 +451,40 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
               c.key.c_str(), c.alphaUs, c.bwGBps, nominal.alphaUs, nominal.bwGBps, c.a, c.b);
     }
   HC_ASSIGN_OR_RETURN(memoryRates_, probeMemoryRates(ctx, *cluster_));
+  HC_TRY(loadSynthEfficiency(deadline));
   return applyProbe(classes, *cluster_, kindOf, *links_);
+}
+
+Status Communicator::loadSynthEfficiency(Deadline deadline) {
+  if (probeCacheFile_.empty()) return okStatus();  // the same on every rank: nothing kept, nothing learned
+  std::string text;  // rank 0's learned figures, one per kind; empty where it does not learn
+  if (rank_ == 0 && synthLearning()) {
+    efficiencyFile_ = synthEfficiencyFile(probeCacheFile_);
+    if (auto log = readSynthEfficiency(efficiencyFile_))
+      efficiency_ = std::move(*log);
+    else
+      HC_INFO(Init, "%s: learning it afresh", std::string(log.error().message()).c_str());
+    for (double v : efficiency_.learnedAll()) text += format("%.17g ", v);
+  }
+  HC_ASSIGN_OR_RETURN(auto all, store_->allGather(keyPrefix() + "/synth-efficiency", rank_, nranks_,
+                                                  std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
+                                                                         reinterpret_cast<const std::byte*>(text.data()) +
+                                                                             text.size()),
+                                                  deadline));
+  if (all[0].empty()) return okStatus();
+  std::istringstream in(std::string(reinterpret_cast<const char*>(all[0].data()), all[0].size()));
+  std::string line;
+  for (size_t k = 0; k < coll::kCollKinds; ++k) {
+    double v = -1;
+    if (!(in >> v) || !std::isfinite(v) || v < 0 || v > SynthEfficiency::kHighest)
+      return remoteError("rank 0 sent a malformed synthesised-schedule efficiency (kind %zu)", k);
+    learnedEfficiency_[k] = v;
+    if (rank_ == 0 && v > 0)
+      line += format(" %s %.2f (%zu calls)", coll::name(static_cast<coll::CollKind>(k)), v,
+                     efficiency_.observations(static_cast<coll::CollKind>(k)));
+  }
+  if (!line.empty()) HC_INFO(Init, "synthesised schedules' efficiency, learned in %s:%s", efficiencyFile_.c_str(), line.c_str());
+  return okStatus();
 }
 
 Status Communicator::initModel(std::vector<topo::NodeDescription> nodes) {

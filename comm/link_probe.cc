@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "comm/engine.h"
+#include "comm/synth_efficiency.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/strings.h"
@@ -366,10 +367,13 @@ bool ForeignLoad::busy(std::string* why) const {
 }
 
 Status dropProbeCache(const std::string& path) {
-  if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-    return errnoStatus(errno, "link probe: cannot remove the cache file %s", path.c_str());
+  for (const std::string& file : {path, synthEfficiencyFile(path)})
+    if (::unlink(file.c_str()) != 0 && errno != ENOENT)
+      return errnoStatus(errno, "link probe: cannot remove the cache file %s", file.c_str());
   return okStatus();
 }
+
+Status writeCacheFile(const std::string& path, const std::string& text) { return writeAtomically(path, text); }
 
 namespace {
 
@@ -555,10 +559,12 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
                         std::string* source, std::string* cacheFile) {
   if (cacheFile) cacheFile->clear();
   const double start = nowSec();
-  const std::string cache = probeMode() == 1 ? probeCacheFile(view, classes, ctx.coresShared) : "";
+  // HETCOMM_PROBE=1 reads the cache and writes it on a miss; 2 measures again and rewrites it.
+  const std::string cache = probeMode() == 1 || probeMode() == 2 ? probeCacheFile(view, classes, ctx.coresShared) : "";
   // Rank 0 decides hit or miss for everyone, so all ranks take the same path even if their files differ.
   std::vector<std::byte> verdict;
-  if (ctx.rank == 0 && !cache.empty() && readProbeCache(cache, classes)) verdict = encodeValues(classes);
+  if (ctx.rank == 0 && probeMode() == 1 && !cache.empty() && readProbeCache(cache, classes))
+    verdict = encodeValues(classes);
   HC_ASSIGN_OR_RETURN(auto all, ctx.store->allGather(ctx.keyPrefix + "/probe-cache", ctx.rank, ctx.nranks, verdict,
                                                      ctx.deadline));
   if (!all[0].empty()) {
@@ -616,10 +622,20 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
     *source += ", not cached: " + notCached;
     return okStatus();
   }
-  if (ctx.rank == 0 && !cache.empty()) {
-    Status st = writeProbeCache(cache, classes);
-    if (!st.ok()) HC_INFO(Init, "%s: later inits will probe again", std::string(st.message()).c_str());
+  if (cache.empty()) return okStatus();
+  // Every rank learns whether rank 0 could write the cache, so that all name it (or none).
+  std::vector<std::byte> wrote;
+  if (ctx.rank == 0) {
+    Status st = dropProbeCache(cache);  // with what was learned against the figures it held
+    if (st.ok()) st = writeProbeCache(cache, classes);
+    if (st.ok())
+      wrote.push_back(std::byte{1});
+    else
+      HC_INFO(Init, "%s: later inits will probe again", std::string(st.message()).c_str());
   }
+  HC_ASSIGN_OR_RETURN(all, ctx.store->allGather(ctx.keyPrefix + "/probe-written", ctx.rank, ctx.nranks, wrote,
+                                                ctx.deadline));
+  if (!all[0].empty() && cacheFile) *cacheFile = cache;
   return okStatus();
 }
 

@@ -75,7 +75,8 @@ struct ProbeContext {
 
 // Measures (or loads from the cache) every class, on every rank together, and writes the results into the
 // classes. "source" says where they came from ("measured in 42 ms", "cache /path", "measured in 40 ms, not
-// cached: ..."); *cacheFile, when the figures came from the cache, names it (else empty). Collective.
+// cached: ..."); *cacheFile, when the figures came from the cache or were written to it, names it (else empty).
+// A cache written afresh drops what was learned against the figures it replaces. Collective.
 Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, std::vector<LinkClassProbe>& classes,
                         std::string* source, std::string* cacheFile = nullptr);
 
@@ -114,8 +115,11 @@ class ForeignLoad {
   Sample start_;
 };
 
-// Forgets a cache file (a communicator found it contradicted); an error says why it could not.
+// Forgets a cache file (a communicator found it contradicted), and what was learned against its figures (the
+// synthesised schedules' efficiency, synth_efficiency.h); an error says why it could not.
 Status dropProbeCache(const std::string& path);
+// Writes a cache file atomically (a temporary file, then rename), making its directory if need be.
+Status writeCacheFile(const std::string& path, const std::string& text);
 
 // Applies the results to every pair of each class, both directions.
 Status applyProbe(const std::vector<LinkClassProbe>& classes, const topo::ClusterView& view,

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "collectives/args.h"
@@ -27,6 +28,7 @@ struct Op {
   std::shared_ptr<Op> after;  // the previous op of the same stream: runs first
   uint64_t seq = 0;           // collective sequence number on comm (0 for point-to-point)
   double predictedUs = 0;     // the cost model's time for the algorithm that runs it (set when planned)
+  std::string_view algorithm;  // that algorithm's name (set when planned)
 
   // Staged operations (device buffers) are queued at the call, in order, but may not start until their inputs are
   // in the staging buffers: each staging job that feeds this op opens one gate (device_staging.h).

@@ -35,20 +35,31 @@ std::shared_ptr<const Packing> packingFor(const GroupView& g, TreeUse use, int r
 }
 
 namespace {
-// The share of the packing's rate a synthesised schedule gets in practice, as NCCL's model gives each algorithm and
-// protocol its own efficiency. Its NICs carry several trees' segments at once, each a stream of its own, and a
-// host forwards a segment only once it has all of it; on the emulated clusters (2026-11-26, perf/README.md) it ran
-// at 0.84-1.01 of the plain packing rate at 64 MiB, 0.92 in the mean, where the ring and the chain ran at
-// 0.94-1.0 of theirs. Without it the model picked a synthesised schedule over the chain for a 2% gain on paper
-// that was a 9% loss measured (broadcast on clusters/eth-4x2.json).
-constexpr double kTreeEfficiency = 0.92;
+// The share of the packing's rate a synthesised schedule gets where nothing better is known, as NCCL's model gives
+// each algorithm and protocol its own efficiency. Its NICs carry several trees' segments at once, each a stream of
+// its own, and a host forwards a segment only once it has all of it; on the emulated clusters (2026-11-26,
+// perf/README.md) it ran at 0.84-1.01 of the plain packing rate at 64 MiB on the Xeon, 0.92 in the mean, where the
+// ring and the chain ran at 0.94-1.0 of theirs. Without it the model picked a synthesised schedule over the chain
+// for a 2% gain on paper that was a 9% loss measured (broadcast on clusters/eth-4x2.json). On the AMD EPYC VM the
+// same schedules ran at 1.0-1.04 of their packing: the share depends on the machines, so the communicator learns it
+// from its own calls (comm/synth_efficiency.h) and this default prices only until it has.
+constexpr double kDefaultTreeEfficiency = 0.92;
+// A learned share above 1 says the probe's figures understate the links a little (on the emulated clusters the
+// schedules ran at up to 1.04 of their packing); much above, that the probe was wrong, which would flatter the
+// synthesised schedules alone against every other algorithm priced from the same figures.
+constexpr double kMostTreeEfficiency = 1.05;
 }  // namespace
 
+double treeEfficiency(const GroupView& g, CollKind kind) {
+  const double learned = g.learnedTreeEfficiency[static_cast<size_t>(kind)];
+  return learned > 0 ? std::min(learned, kMostTreeEfficiency) : kDefaultTreeEfficiency;
+}
+
 double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double flowBytes,
-                  size_t flows) {
+                  size_t flows, double efficiency) {
   const double dataBytes = flowBytes * static_cast<double>(flows);
   const topo::LinkGraph& graph = *g.graph;
-  const double network = p.usPerByte * unitBytes / kTreeEfficiency;
+  const double network = p.usPerByte * unitBytes / efficiency;
   // Per host, the children a segment's owner takes partial sums from, averaged over the trees by weight and demand.
   std::vector<double> children(graph.nhosts(), 0.0);
   double demandSum = 0;
@@ -75,7 +86,8 @@ double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double un
 double SynthAlgorithm::estimateUs(const Args& a, const GroupView& g) const {
   const double bytes = static_cast<double>(a.count * kernels::sizeOf(a.dtype));
   const size_t flows = perRank() ? static_cast<size_t>(g.nranks) : 1;
-  return synth::estimateUs(g, *packingFor(g, use(), rootHost(a, g)), mode(), bytes, bytes, flows);
+  return synth::estimateUs(g, *packingFor(g, use(), rootHost(a, g)), mode(), bytes, bytes, flows,
+                           treeEfficiency(g, a.kind));
 }
 
 Result<Schedule> SynthAlgorithm::plan(const Args& a, const GroupView& g) const {

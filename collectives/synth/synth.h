@@ -39,8 +39,13 @@ Result<PackingTimes> packingTimes(const topo::LinkGraph& graph, CollKind kind, i
 // The network and the local work overlap (different pieces), so the larger of the two counts.
 // flows flows of flowBytes each (one for the buffer; allgather and reduce-scatter: one per rank's block): every
 // host handles flows x flowBytes in all.
+// efficiency: the share of the packing's rate the schedule reaches (treeEfficiency).
 double estimateUs(const GroupView& g, const Packing& p, FlowMode mode, double unitBytes, double flowBytes,
-                  size_t flows);
+                  size_t flows, double efficiency);
+
+// The share of the packing's rate a synthesised `kind` gets on the group's cluster: what earlier calls showed
+// (GroupView::learnedTreeEfficiency), else the default (kDefaultTreeEfficiency in synth.cc).
+double treeEfficiency(const GroupView& g, CollKind kind);
 
 // What the five synthesised algorithms share: their name, where they apply, their estimate and their plan, from
 // what each says of itself: its kind, how its trees are used, how data flows through them, where their roots are,

@@ -145,6 +145,28 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
     check "irregular: the cost model picks synth for $coll at $size" $rc
     [ $rc -eq 0 ] || tail -5 <<<"$out"
   done
+  # What the synthesised schedules reach here is learned from rank 0's large calls and kept beside the probe's
+  # cache (comm/synth_efficiency.h); the next init prices with it. The probe's figures are cached only when no other
+  # work loaded the machine while they were taken: a few tries, so that a busy CI machine does not decide this.
+  cache="$tmp/probe-cache"
+  for try in 1 2 3; do
+    "$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" "$bin/all_reduce_perf" \
+      -b 4M -e 4M -n 3 -w 0 -c 0 >"$tmp/learn.log" 2>&1
+    eff=$(ls "$cache"/probe-*-synth.txt 2>/dev/null | head -1)
+    [ -n "$eff" ] && break
+  done
+  [ -n "$eff" ] && grep -qE "^\[0\] +4194[0-9]+ .* synth +[0-9.]+$" "$tmp/learn.log" &&
+    grep -qE "^allreduce( [0-9.e+-]+){3,8}$" "$eff"
+  rc=$?
+  check "irregular: rank 0's synthesised 4 MiB allreduces (3 out of place, 3 in place) leave their efficiencies beside the probe's cache" $rc
+  [ $rc -eq 0 ] || { tail -5 "$tmp/learn.log"; ls -l "$cache" 2>&1; }
+  if [ -n "$eff" ]; then
+    printf 'hetcomm-synth-efficiency 1\nallreduce 0.5 0.5 0.5\nallgather 0.7 1.4 0.4\n' >"$eff"
+    out=$("$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" -x HETCOMM_DEBUG=INFO \
+      -x HETCOMM_DEBUG_SUBSYS=INIT "$bin/all_reduce_perf" -b 8 -e 8 -n 1 -w 0 -c 0 2>&1)
+    grep -qE "^\[0\].*efficiency, learned in $eff: allreduce 0.50 \(3 calls\)$" <<<"$out"
+    check "irregular: the next init prices with what was learned (allgather's scattered calls teach nothing)" $?
+  fi
 fi
 "$emulate" down "$tmp/irregular.json" >/dev/null 2>&1; check "emulate-cluster down (irregular)" $?
 

@@ -258,7 +258,9 @@ TEST(Synth, DescribeListsThePortsLoadsOverTheBottleneck) {
   while (items >> host >> port >> dir >> share) {
     EXPECT_TRUE(dir == "in" || dir == "out") << line;
     EXPECT_LE(share, previous + 1e-9) << "most loaded first: " << line;
-    if (n == 0) EXPECT_NEAR(share, 1.0, 0.005) << line;
+    if (n == 0) {
+      EXPECT_NEAR(share, 1.0, 0.005) << line;
+    }
     rootOut = rootOut || (host == g->hosts[0].name && dir == "out" && share > 0.99);
     previous = share;
     ++n;
@@ -391,6 +393,34 @@ TEST(Synth, NoAlgorithmPredictsFasterThanTheBound) {
       }
     }
   }
+}
+
+// What the communicator learned of the synthesised schedules on this cluster (comm/synth_efficiency.h) prices
+// the kind it was learned for, and only that kind; nothing learned, the default; never faster than the packing at
+// the probe's rates, less the probe's own error.
+TEST(Synth, ALearnedEfficiencyPricesItsKindOnly) {
+  GroupView v = GroupView::fromGraph(0, shipped("island3-lone1"), 512 << 10);
+  auto synthFor = [&](const Args& a) -> const Algorithm* {
+    for (const Algorithm* algo : allAlgorithms())
+      if (algo->name() == "synth" && algo->supports(a, v)) return algo;
+    return nullptr;
+  };
+  Args ar, bc;
+  ar.kind = CollKind::kAllReduce;
+  bc.kind = CollKind::kBroadcast;
+  ar.count = bc.count = 16u << 20;  // 64 MiB of float32
+  ASSERT_NE(synthFor(ar), nullptr);
+  ASSERT_NE(synthFor(bc), nullptr);
+  EXPECT_DOUBLE_EQ(synth::treeEfficiency(v, CollKind::kAllReduce), 0.92);
+  const double arDefault = synthFor(ar)->estimateUs(ar, v), bcDefault = synthFor(bc)->estimateUs(bc, v);
+  v.learnedTreeEfficiency[static_cast<size_t>(CollKind::kAllReduce)] = 1.0;
+  EXPECT_DOUBLE_EQ(synth::treeEfficiency(v, CollKind::kAllReduce), 1.0);
+  const double ratio = synthFor(ar)->estimateUs(ar, v) / arDefault;
+  EXPECT_GE(ratio, 0.92) << "the network term scales, the pipeline's fill does not";
+  EXPECT_LT(ratio, 0.95);
+  EXPECT_DOUBLE_EQ(synthFor(bc)->estimateUs(bc, v), bcDefault);
+  v.learnedTreeEfficiency[static_cast<size_t>(CollKind::kAllReduce)] = 1.4;
+  EXPECT_DOUBLE_EQ(synth::treeEfficiency(v, CollKind::kAllReduce), 1.05);
 }
 
 // A large flow is cut finer than the chunk size gives where the pipeline's ends cost more than the extra messages:
