@@ -231,7 +231,7 @@ class Communicator {
   std::shared_ptr<const topo::ClusterView> cluster_;  // who is where, built at init from every rank's node
   std::shared_ptr<topo::LinkMatrix> links_;           // nominal alpha/beta per pair, for the cost model
   std::vector<MemoryRates> memoryRates_;              // per host (probed), for the cost model's memory terms
-  std::string probeCacheFile_;                        // the cache the link figures came from, if they did
+  std::string probeCacheFile_;                        // the cache the link figures came from or went to
   std::array<double, coll::kCollKinds> learnedEfficiency_{};  // per kind, learned at init (0: the default)
   std::string efficiencyFile_;                                // rank 0, where learning: the file it keeps
   SynthEfficiency efficiency_;                                // rank 0: its observations, those read included

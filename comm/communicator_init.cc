@@ -15,8 +15,8 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <sstream>
 
@@ -459,7 +459,7 @@ Status Communicator::loadSynthEfficiency(Deadline deadline) {
   if (probeCacheFile_.empty()) return okStatus();  // the same on every rank: nothing kept, nothing learned
   std::string text;  // rank 0's learned figures, one per kind; empty where it does not learn
   if (rank_ == 0 && synthLearning()) {
-    efficiencyFile_ = synthEfficiencyFile(probeCacheFile_);
+    efficiencyFile_ = synthEfficiencyFile(probeCacheFile_, *cluster_);
     if (auto log = readSynthEfficiency(efficiencyFile_))
       efficiency_ = std::move(*log);
     else

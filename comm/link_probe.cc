@@ -367,7 +367,9 @@ bool ForeignLoad::busy(std::string* why) const {
 }
 
 Status dropProbeCache(const std::string& path) {
-  for (const std::string& file : {path, synthEfficiencyFile(path)})
+  std::vector<std::string> files = synthEfficiencyFiles(path);
+  files.push_back(path);
+  for (const std::string& file : files)
     if (::unlink(file.c_str()) != 0 && errno != ENOENT)
       return errnoStatus(errno, "link probe: cannot remove the cache file %s", file.c_str());
   return okStatus();

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include <glob.h>
 #include <sys/stat.h>
 
 #include "comm/link_probe.h"
@@ -90,11 +91,37 @@ Result<SynthEfficiency> SynthEfficiency::parse(const std::string& text) {
   return log;
 }
 
-std::string synthEfficiencyFile(const std::string& probeCacheFile) {
-  if (probeCacheFile.empty()) return "";
+namespace {
+std::string stemOf(const std::string& probeCacheFile) {
   const size_t dot = probeCacheFile.rfind(".txt");
-  const std::string stem = dot == probeCacheFile.size() - 4 ? probeCacheFile.substr(0, dot) : probeCacheFile;
-  return stem + "-synth.txt";
+  return dot != std::string::npos && dot == probeCacheFile.size() - 4 ? probeCacheFile.substr(0, dot) : probeCacheFile;
+}
+}  // namespace
+
+std::string synthEfficiencyFile(const std::string& probeCacheFile, const topo::ClusterView& view) {
+  if (probeCacheFile.empty()) return "";
+  std::vector<std::string> hosts;  // in id order, as the probe's cache names its hosts
+  for (const topo::Host& h : view.hosts()) {
+    std::string line = hetcomm::format("%s %zu", h.id.c_str(), h.ranks.size());
+    for (const topo::Nic& n : h.node.nics)
+      if (!n.loopback) line += hetcomm::format(" %s/%s/%llu", n.name.c_str(), n.fabric.c_str(), (unsigned long long)n.rateMbps);
+    hosts.push_back(line);
+  }
+  std::sort(hosts.begin(), hosts.end());
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the lines
+  for (const std::string& line : hosts)
+    for (unsigned char c : line + "\n") hash = (hash ^ c) * 1099511628211ull;
+  return hetcomm::format("%s-synth-%016llx.txt", stemOf(probeCacheFile).c_str(), (unsigned long long)hash);
+}
+
+std::vector<std::string> synthEfficiencyFiles(const std::string& probeCacheFile) {
+  std::vector<std::string> out;
+  glob_t g{};
+  const std::string pattern = stemOf(probeCacheFile) + "-synth-*.txt";
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  ::globfree(&g);
+  return out;
 }
 
 Result<SynthEfficiency> readSynthEfficiency(const std::string& path) {

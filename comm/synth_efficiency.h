@@ -19,6 +19,7 @@
 
 #include "collectives/args.h"
 #include "common/status.h"
+#include "topology/cluster.h"
 
 namespace hetcomm::comm {
 
@@ -46,8 +47,12 @@ class SynthEfficiency {
   std::array<std::vector<double>, coll::kCollKinds> recent_;
 };
 
-// The file beside a probe cache file (link_probe.h's probeCacheFile) that keeps its cluster's efficiencies.
-std::string synthEfficiencyFile(const std::string& probeCacheFile);
+// The file beside a probe cache file (link_probe.h's probeCacheFile) that keeps the efficiencies of one shape of
+// its cluster: the probe's cache is per set of hosts and link classes, and the same hosts with other rank counts
+// or NICs (or, in emulation, other clusters whose hosts have the same names) pack other trees.
+std::string synthEfficiencyFile(const std::string& probeCacheFile, const topo::ClusterView& view);
+// Every such file of a probe cache file (dropProbeCache removes them with it).
+std::vector<std::string> synthEfficiencyFiles(const std::string& probeCacheFile);
 // Reads it: an empty log when there is none; an error when it exists but does not parse.
 Result<SynthEfficiency> readSynthEfficiency(const std::string& path);
 Status writeSynthEfficiency(const std::string& path, const SynthEfficiency& log);

@@ -6,8 +6,10 @@
 # only runs for allreduce.
 #
 # Each round runs, in this order:
-#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b SIZE -e SIZE -c 0 -n N -w WARMUP -z 1, once for 1 MiB
-#          (N = SMALL_ITERS: a 30 ms call varies by 10 % from one to the next) and once for 64 MiB (N = ITERS)
+#   auto   hetcomm-run --cluster CLUSTER all_reduce_perf -b SIZE -e SIZE -c 0 -n N -w WARMUP -z 1, once for 64 MiB
+#          (N = ITERS) and then once for 1 MiB (N = SMALL_ITERS: a 30 ms call varies by 10 % from one to the next):
+#          large first, as in a job, whose large calls teach the cost model what a synthesised schedule reaches on
+#          the cluster (HETCOMM_SYNTH_LEARN, kept beside the probe's cache) before its small ones are priced
 #   ring   the same with -x HETCOMM_ALGO=ring (chain for broadcast and reduce)
 #   gloo   gloo_allreduce --algo ring, one process per rank inside its host's namespace (ip netns exec), bound to
 #          the host's address on the one fabric every host shares (Gloo's TCP device uses one interface)
@@ -48,7 +50,7 @@ KEEP_UP=0
 JSON_OUT=""
 TIMEOUT_S=900
 BUILD=${BUILD_DIR:-$REPO_ROOT/build}
-SIZES="1048576,67108864"
+SIZES="67108864,1048576"  # the bound's size first
 COLL=allreduce
 TIMING=()  # how perf times a call; rooted collectives override it (see the comment above)
 SCALE=1
@@ -141,7 +143,7 @@ NRANKS=${#PLACES[@]}
 
 LOG_DIR=$CMP_DIR/logs/emulated-$NAME-$(date +%Y%m%d-%H%M%S)-$$
 mkdir -p "$LOG_DIR"
-BIG=${SIZES##*,}
+BIG=${SIZES%%,*}
 "$BUILD/bin/hetcomm-topo" --bound --cluster "$CLUSTER" --size "$BIG" --bound-json "$LOG_DIR/bound.json" \
   >"$LOG_DIR/bound.txt" || die "hetcomm-topo --bound failed (see $LOG_DIR/bound.txt)"
 SAMPLES=$LOG_DIR/samples.tsv  # peer size round time_us algorithm predicted_us
@@ -207,8 +209,9 @@ for ((r = 1; r <= ROUNDS; r++)); do
       if [[ $peer == gloo ]]; then
         run_gloo "$log" "$size" "$iters"
       else
-        run_logged "$log" "$RUN" --cluster "$CLUSTER" "${algo[@]}" "$BUILD/bin/$PERF" -b "$size" -e "$size" -c 0 \
-          -n "$iters" -w "$WARMUP" -z 1 "${TIMING[@]}"
+        # The init's log says where the link figures came from and what was learned of the synthesised schedules.
+        run_logged "$log" "$RUN" --cluster "$CLUSTER" "${algo[@]}" -x HETCOMM_DEBUG=INFO -x HETCOMM_DEBUG_SUBSYS=INIT \
+          "$BUILD/bin/$PERF" -b "$size" -e "$size" -c 0 -n "$iters" -w "$WARMUP" -z 1 "${TIMING[@]}"
       fi
       rows "$peer" "$r" "$log" "$size"
     done

@@ -152,7 +152,7 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
   for try in 1 2 3; do
     "$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" "$bin/all_reduce_perf" \
       -b 4M -e 4M -n 3 -w 0 -c 0 >"$tmp/learn.log" 2>&1
-    eff=$(ls "$cache"/probe-*-synth.txt 2>/dev/null | head -1)
+    eff=$(ls "$cache"/probe-*-synth-*.txt 2>/dev/null | head -1)
     [ -n "$eff" ] && break
   done
   [ -n "$eff" ] && grep -qE "^\[0\] +4194[0-9]+ .* synth +[0-9.]+$" "$tmp/learn.log" &&

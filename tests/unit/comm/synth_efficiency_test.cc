@@ -12,11 +12,25 @@
 #include <string>
 
 #include "comm/link_probe.h"
+#include "tests/unit/topology/cluster_fixtures.h"
 
 namespace hetcomm::comm {
 namespace {
 
 using coll::CollKind;
+using topo::testing::makeNic;
+using topo::testing::makeNode;
+
+// Hosts h0.. with the given rank counts, each on one Ethernet fabric at `mbps`.
+topo::ClusterView clusterOf(const std::vector<int>& ranksPerHost, uint64_t mbps = 1000) {
+  std::vector<topo::NodeDescription> nodes;
+  for (size_t h = 0; h < ranksPerHost.size(); ++h)
+    for (int r = 0; r < ranksPerHost[h]; ++r)
+      nodes.push_back(makeNode("h" + std::to_string(h), {makeNic("eth0", topo::NicKind::kEth, mbps, {}, "eth")}));
+  auto view = topo::ClusterView::build(std::move(nodes));
+  EXPECT_TRUE(view.has_value()) << view.error().message();
+  return std::move(*view);
+}
 
 TEST(SynthEfficiency, TheMedianOnceEnoughCallsAgree) {
   SynthEfficiency log;
@@ -100,11 +114,16 @@ class SynthEfficiencyFile : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(SynthEfficiencyFile, LivesBesideTheProbeCacheAndGoesWithIt) {
+TEST_F(SynthEfficiencyFile, OnePerShapeBesideTheProbeCacheAndTheyGoWithIt) {
   const std::string probe = dir_ + "/probe-0123456789abcdef.txt";
-  const std::string file = synthEfficiencyFile(probe);
-  EXPECT_EQ(file, dir_ + "/probe-0123456789abcdef-synth.txt");
-  EXPECT_EQ(synthEfficiencyFile(""), "");
+  const std::string file = synthEfficiencyFile(probe, clusterOf({2, 2}));
+  EXPECT_EQ(file.rfind(dir_ + "/probe-0123456789abcdef-synth-", 0), 0u) << file;
+  EXPECT_EQ(synthEfficiencyFile(probe, clusterOf({2, 2})), file) << "the same shape, the same file";
+  // The same hosts with other rank counts or other NIC rates pack other trees: a file of their own.
+  const std::string other = synthEfficiencyFile(probe, clusterOf({1, 3}));
+  EXPECT_NE(other, file);
+  EXPECT_NE(synthEfficiencyFile(probe, clusterOf({2, 2}, 400)), file);
+  EXPECT_EQ(synthEfficiencyFile("", clusterOf({2, 2})), "");
 
   auto none = readSynthEfficiency(file);
   ASSERT_TRUE(none) << none.error().message();
@@ -113,14 +132,17 @@ TEST_F(SynthEfficiencyFile, LivesBesideTheProbeCacheAndGoesWithIt) {
   SynthEfficiency log;
   for (double v : {1.0, 1.02, 0.99}) log.add(CollKind::kAllReduce, v);
   ASSERT_TRUE(writeSynthEfficiency(file, log).ok());
+  ASSERT_TRUE(writeSynthEfficiency(other, log).ok());
   auto read = readSynthEfficiency(file);
   ASSERT_TRUE(read) << read.error().message();
   EXPECT_DOUBLE_EQ(read->learned(CollKind::kAllReduce), 1.0);
+  EXPECT_EQ(synthEfficiencyFiles(probe).size(), 2u);
 
   std::ofstream(probe) << "hetcomm-probe 4\n";
   ASSERT_TRUE(dropProbeCache(probe).ok());
   EXPECT_NE(access(probe.c_str(), F_OK), 0);
   EXPECT_NE(access(file.c_str(), F_OK), 0) << "what was learned against the dropped figures goes with them";
+  EXPECT_NE(access(other.c_str(), F_OK), 0);
   EXPECT_TRUE(dropProbeCache(probe).ok()) << "dropping twice is harmless";
 }
 
