@@ -536,12 +536,29 @@ std::string Communicator::waitingOn() const {
   return exec_->waitingOn();
 }
 
+bool timesWholeCall(const coll::Args& a, const coll::GroupView& g, int rank) {
+  switch (a.kind) {
+    case coll::CollKind::kAllReduce:
+    case coll::CollKind::kAllGather:
+    case coll::CollKind::kReduceScatter:
+    case coll::CollKind::kAlltoAll:
+      return true;
+    case coll::CollKind::kReduce:
+      return a.root == rank;
+    case coll::CollKind::kBroadcast:
+      return g.hostOf(a.root) != g.hostOf(rank);
+    case coll::CollKind::kSendRecv:
+      break;
+  }
+  return false;
+}
+
 // Collectives of 1 MiB or more (where the link figures, not latency, set the time) that take under a third or
 // over three times their prediction, three in a row, mean the cached figures describe another machine state (a
 // probe taken under load, say): the cache goes, and the next communicator measures again.
 bool Communicator::checksPrediction(const Op& op) const {
   constexpr size_t kMinBytes = 1 << 20;
-  return rank_ == 0 && !probeCacheFile_.empty() && op.args.kind != coll::CollKind::kSendRecv && op.predictedUs > 0 &&
+  return rank_ == 0 && !probeCacheFile_.empty() && op.predictedUs > 0 && timesWholeCall(op.args, group_, rank_) &&
          op.args.count * kernels::sizeOf(op.args.dtype) >= kMinBytes;
 }
 
@@ -566,9 +583,7 @@ void Communicator::checkPrediction(const Op& op) {
   efficiencyFile_.clear();  // learned against the figures just dropped (dropProbeCache removed its file)
 }
 
-// Only calls whose result rank 0 waits for tell the schedule's time: those of an allreduce, an allgather or a
-// reduce-scatter, of a reduce it roots, of a broadcast rooted on another host (a broadcast's root, or a rank beside
-// it, is done when the data has left its host).
+// Rank 0's large synthesised calls that it times whole (checksPrediction): each one's share of its packing's rate.
 void Communicator::learnEfficiency(const Op& op) {
   constexpr size_t kMinBytes = 4 << 20;  // smaller calls are priced by their pipeline's fill as much as the rate
   constexpr double kWriteEverySec = 1;
@@ -576,20 +591,6 @@ void Communicator::learnEfficiency(const Op& op) {
   if (efficiencyFile_.empty() || op.algorithm != "synth" || !checksPrediction(op) ||
       a.count * kernels::sizeOf(a.dtype) < kMinBytes)
     return;
-  switch (a.kind) {
-    case coll::CollKind::kAllReduce:
-    case coll::CollKind::kAllGather:
-    case coll::CollKind::kReduceScatter:
-      break;
-    case coll::CollKind::kReduce:
-      if (a.root != rank_) return;
-      break;
-    case coll::CollKind::kBroadcast:
-      if (group_.hostOf(a.root) == group_.hostOf(rank_)) return;
-      break;
-    default:
-      return;
-  }
   const double measuredUs = (nowSec() - currentStartSec_) * 1e6;
   if (measuredUs <= 0) return;
   efficiency_.add(a.kind, coll::synth::treeEfficiency(group_, a.kind) * op.predictedUs / measuredUs);

@@ -44,6 +44,14 @@ struct CommOptions {
 // A child communicator's id (split, shrink): the same on every member, different for every call and color.
 uint64_t childCommId(uint64_t parent, uint64_t seq, int64_t color);
 
+// Whether `rank`'s own time of a call is the whole call's, which the cost model predicts: it holds its result only
+// once every rank's data has come (allreduce, allgather, reduce-scatter, alltoall, a reduce it roots, a broadcast
+// rooted on another host). A broadcast's root, or a rank on the root's host, is done once the data has left the
+// host, and a reduce's other ranks once their part has: the root of a 1 MiB broadcast on an emulated cluster took
+// 0.2-0.4 ms against the 41 ms predicted for the whole call (dualnic-4 at 0.3 of its rates), and dropped the
+// probe's cache (checkPrediction) at every run that broadcast.
+bool timesWholeCall(const coll::Args& a, const coll::GroupView& g, int rank);
+
 class Communicator {
  public:
   enum State : int { kInitializing, kReady, kInitFailed, kFinalized };

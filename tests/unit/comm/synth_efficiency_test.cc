@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "comm/communicator.h"
 #include "comm/link_probe.h"
 #include "tests/unit/topology/cluster_fixtures.h"
 
@@ -101,6 +102,32 @@ TEST(SynthEfficiency, TextRoundTripsAndAnythingElseIsRefusedSayingWhere) {
     ASSERT_FALSE(r) << b.text;
     EXPECT_NE(std::string(r.error().message()).find(b.says), std::string::npos) << r.error().message();
   }
+}
+
+// Only a call the rank holds no result of until every rank's data has come times the whole call: the root of a
+// broadcast, or a rank beside it, is done once the data has left its host; a reduce's other ranks once their part
+// has. Such times neither test the cached link figures nor teach the efficiency.
+TEST(SynthEfficiency, OnlyCallsTimedWholeCount) {
+  coll::GroupView two;  // two hosts of two ranks
+  two.nranks = 4;
+  two.host = {0, 0, 1, 1};
+  coll::Args a;
+  for (CollKind k : {CollKind::kAllReduce, CollKind::kAllGather, CollKind::kReduceScatter, CollKind::kAlltoAll}) {
+    a.kind = k;
+    EXPECT_TRUE(timesWholeCall(a, two, 0)) << coll::name(k);
+  }
+  a.kind = CollKind::kBroadcast;
+  a.root = 0;
+  EXPECT_FALSE(timesWholeCall(a, two, 0)) << "the root";
+  EXPECT_FALSE(timesWholeCall(a, two, 1)) << "beside the root";
+  EXPECT_TRUE(timesWholeCall(a, two, 2)) << "on another host";
+  a.root = 3;
+  EXPECT_TRUE(timesWholeCall(a, two, 0));
+  a.kind = CollKind::kReduce;
+  EXPECT_FALSE(timesWholeCall(a, two, 0)) << "not the root";
+  EXPECT_TRUE(timesWholeCall(a, two, 3)) << "the root";
+  a.kind = CollKind::kSendRecv;
+  EXPECT_FALSE(timesWholeCall(a, two, 0));
 }
 
 class SynthEfficiencyFile : public ::testing::Test {
