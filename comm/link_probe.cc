@@ -57,12 +57,6 @@ size_t streamMessageBytes(const topo::Link& nominal) {
   return std::clamp(static_cast<size_t>(perMs), kMinMsgBytes, kMaxMsgBytes);
 }
 
-uint64_t fnv1a(std::string_view s) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
 // Drives the transports until done() holds: progress, polling for HETCOMM_SPIN_US as a waiting collective does
 // (Engine::waitUntil), then sleeping on their fds when nothing moved. Where cores are shared (ProbeContext), it
 // sleeps at once, as a collective's rank there must let its peer run. Sleeping where each rank has a core of its

@@ -108,10 +108,8 @@ std::string synthEfficiencyFile(const std::string& probeCacheFile, const topo::C
     hosts.push_back(line);
   }
   std::sort(hosts.begin(), hosts.end());
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the lines
-  for (const std::string& line : hosts)
-    for (unsigned char c : line + "\n") hash = (hash ^ c) * 1099511628211ull;
-  return hetcomm::format("%s-synth-%016llx.txt", stemOf(probeCacheFile).c_str(), (unsigned long long)hash);
+  return hetcomm::format("%s-synth-%016llx.txt", stemOf(probeCacheFile).c_str(),
+                         (unsigned long long)fnv1a(hetcomm::join(hosts, "\n")));
 }
 
 std::vector<std::string> synthEfficiencyFiles(const std::string& probeCacheFile) {

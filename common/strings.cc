@@ -57,6 +57,12 @@ std::vector<std::string> split(std::string_view s, char sep) {
   return out;
 }
 
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;  // the offset basis (link_probe.cc's copy had lost its last digit)
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
 std::string toHex(const void* data, size_t n) {
   static const char digits[] = "0123456789abcdef";
   const auto* p = static_cast<const unsigned char*>(data);

@@ -18,5 +18,7 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 std::string toHex(const void* data, size_t n);
 // false when hex is not 2*n hex digits.
 bool fromHex(std::string_view hex, void* out, size_t n);
+// FNV-1a, 64 bits: a stable name for a text (cache files named by what they describe).
+uint64_t fnv1a(std::string_view s);
 
 }  // namespace hetcomm

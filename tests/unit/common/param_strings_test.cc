@@ -120,6 +120,13 @@ TEST(Split, KeepsEmptyFields) {
   EXPECT_EQ(split("k=v\nx=y\n", '\n'), (V{"k=v", "x=y", ""}));
 }
 
+// The published FNV-1a 64 test vectors: cache files keep their names from one build to the next.
+TEST(Fnv1a, PublishedVectors) {
+  EXPECT_EQ(fnv1a(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a("a"), 0xaf63dc4c8601ec8cull);
+  EXPECT_EQ(fnv1a("foobar"), 0x85944171f73967e8ull);
+}
+
 TEST(Hex, RoundTrip) {
   const uint8_t in[] = {0x00, 0x01, 0x7f, 0x80, 0xab, 0xff};
   std::string hex = toHex(in, sizeof(in));
