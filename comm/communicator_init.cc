@@ -102,16 +102,12 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   std::array<std::string, kKinds> blobs;
   for (auto& b : blobs) ok = ok && getString(in, &b);
   if (!ok) return remoteError("rank %d published a malformed peer record", rank);
-  auto bytes = [](const std::string& s) {
-    auto* b = reinterpret_cast<const std::byte*>(s.data());
-    return std::vector<std::byte>(b, b + s.size());
-  };
   p.pid = std::atoi(pid.c_str());
-  p.node = bytes(node);
+  p.node = textBytes(node);
   p.offer.ucx = ucx == "1";
   for (const auto& port : split(ports, ','))
     if (!port.empty()) p.offer.verbsPorts.push_back(port);
-  for (int k = 0; k < kKinds; ++k) p.blobs[k] = bytes(blobs[k]);
+  for (int k = 0; k < kKinds; ++k) p.blobs[k] = textBytes(blobs[k]);
   return p;
 }
 
@@ -467,12 +463,10 @@ Status Communicator::loadSynthEfficiency(Deadline deadline) {
     for (double v : efficiency_.learnedAll()) text += format("%.17g ", v);
   }
   HC_ASSIGN_OR_RETURN(auto all, store_->allGather(keyPrefix() + "/synth-efficiency", rank_, nranks_,
-                                                  std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
-                                                                         reinterpret_cast<const std::byte*>(text.data()) +
-                                                                             text.size()),
+                                                  textBytes(text),
                                                   deadline));
   if (all[0].empty()) return okStatus();
-  std::istringstream in(std::string(reinterpret_cast<const char*>(all[0].data()), all[0].size()));
+  std::istringstream in(bytesText(all[0]));
   std::string line;
   for (size_t k = 0; k < coll::kCollKinds; ++k) {
     double v = -1;

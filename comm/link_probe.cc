@@ -246,7 +246,7 @@ std::string defaultCacheDir() {
 std::vector<std::byte> encodeValues(const std::vector<LinkClassProbe>& classes) {
   std::string text;
   for (const auto& c : classes) text += format("%.17g %.17g\n", c.alphaUs, c.bwGBps);
-  return {reinterpret_cast<const std::byte*>(text.data()), reinterpret_cast<const std::byte*>(text.data()) + text.size()};
+  return textBytes(text);
 }
 
 Status decodeValues(const std::vector<std::byte>& raw, std::vector<LinkClassProbe>& classes) {
@@ -477,14 +477,13 @@ Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const
     mine = formatMemoryRates(r.bySize);
   }
   HC_ASSIGN_OR_RETURN(auto all, ctx.store->allGather(ctx.keyPrefix + "/memory-rates", ctx.rank, ctx.nranks,
-                                                     std::vector<std::byte>(reinterpret_cast<const std::byte*>(mine.data()),
-                                                                            reinterpret_cast<const std::byte*>(mine.data()) + mine.size()),
+                                                     textBytes(mine),
                                                      ctx.deadline));
   std::vector<MemoryRates> rates(view.nhosts());
   for (int h = 0; h < view.nhosts(); ++h) {
     const int first = view.hosts()[h].ranks.front();
     MemoryRates& r = rates[h];
-    if (!parseMemoryRates(std::string(reinterpret_cast<const char*>(all[first].data()), all[first].size()), &r.bySize))
+    if (!parseMemoryRates(bytesText(all[first]), &r.bySize))
       return remoteError("memory probe: rank %d sent malformed rates for host %s", first, view.hosts()[h].name.c_str());
     r.trusted = true;
   }
@@ -593,14 +592,12 @@ Status probeLinkClasses(const ProbeContext& ctx, const topo::ClusterView& view, 
   std::string text = distrust.empty() ? "-\n" : distrust + "\n";
   for (const auto& m : mine) text += m + "\n";
   HC_ASSIGN_OR_RETURN(all, ctx.store->allGather(ctx.keyPrefix + "/probe-results", ctx.rank, ctx.nranks,
-                                                std::vector<std::byte>(reinterpret_cast<const std::byte*>(text.data()),
-                                                                       reinterpret_cast<const std::byte*>(text.data()) +
-                                                                           text.size()),
+                                                textBytes(text),
                                                 ctx.deadline));
   for (auto& c : classes) c.alphaUs = c.bwGBps = 0;
   std::string notCached;
   for (int r = 0; r < ctx.nranks; ++r) {
-    std::istringstream in(std::string(reinterpret_cast<const char*>(all[r].data()), all[r].size()));
+    std::istringstream in(bytesText(all[r]));
     std::string why;
     std::getline(in, why);
     if (why != "-" && notCached.empty()) notCached = why;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -47,6 +48,16 @@ class StoreServer {
   uint16_t port_ = 0;
   std::thread thread_;
 };
+
+// A value as text and back: what the ranks exchange through the store is mostly lines of text.
+inline std::vector<std::byte> textBytes(std::string_view text) {
+  const auto* b = reinterpret_cast<const std::byte*>(text.data());
+  return {b, b + text.size()};
+}
+inline std::string bytesText(const std::vector<std::byte>& bytes) {
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
+
 
 class StoreClient {
  public:
