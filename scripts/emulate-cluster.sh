@@ -196,9 +196,9 @@ def shape(dev, mbps, ns=None):
     # The bucket lets a link that was idle send up to BUCKET_MS of its rate at the veth's speed: on a fast link that
     # is more than a collective's chunk (1600 Mbit/s x 3 ms = 600 KB against 512 KiB), so a pipeline's first chunk
     # crosses an idle fast hop at once. HETCOMM_EMU_PEAK=1 caps the peak rate at 1.01x the rate (a second bucket of
-    # two packets) for checks of the pipelines' fill; measured on island3-lone1, a 1 MiB chain broadcast took 47.4
-    # ms capped against 43.8 plain (2026-11-29, AMD EPYC VM). It is not the default: the second bucket is small, and
-    # a late timer costs a fast link some of its rate.
+    # two packets) for checks of the pipelines' fill; measured on island3-lone1, a 1 MiB chain broadcast took 48.3
+    # ms capped against 43.6-43.7 plain, while a 16 MiB stream over the InfiniBand took 87.6 ms either way
+    # (2026-11-29, AMD EPYC VM). Not the default yet: the tables in docs/results.md were measured without it.
     burst = max(32 * 1024, mbps * 1000 * 1000 // 8 * BUCKET_MS // 1000)
     peak = ["peakrate", f"{mbps * 1010}kbit", "mtu", "33000"] if PEAK else []
     queue = ["limit", str(16 << 20)] if ns else ["latency", "50ms"]
