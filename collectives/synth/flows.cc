@@ -133,8 +133,11 @@ class Emitter {
           data = acc;
         }
       }
-      if (mode_ == FlowMode::kReduce && myHost_ == root && me_ == f.fixedRank && !isOwner)
-        dep(s_.recv(o, tag + kGather, f.out(me_, lo, n)), start);
+      if (mode_ == FlowMode::kReduce && myHost_ == root && me_ == f.fixedRank && !isOwner) {
+        const uint32_t got = s_.recv(o, tag + kGather, f.out(me_, lo, n));
+        dep(got, start);
+        if (hostInSend) dep(got, *hostInSend);  // the sum of what it sent: the pacing's answer to it (pacedSteps)
+      }
       if (mode_ == FlowMode::kReduce) return;
     }
 
@@ -181,15 +184,31 @@ class Emitter {
   int me_, myHost_;
 };
 
-// The steps of [first, end) that no other step of that range waits for: when they are done, the whole range is.
-std::vector<uint32_t> terminalSteps(const Schedule& s, uint32_t first, uint32_t end) {
+// What the pacing waits for of one piece's steps [first, end): those no other step of the piece waits for, less
+// the receives that only deliver (into the caller's buffers, after no send of this rank: the broadcast's and the
+// all-gather's data where this rank forwards nothing of it). A rank's pace is what it sends and the answers to it
+// (an allreduce's result comes back after the rank's own contribution went up: waiting for it is what keeps every
+// host from putting its whole share on the wire at once). A receive that answers nothing it sent held its
+// forwarding back for no reason: on random-3 (scale 0.22), h2 forwards the broadcast's heaviest tree to h3's
+// Ethernet, which the packing loads fully, and is a leaf of two light trees that come through the root's 31 Mbit/s
+// Ethernet into h1; waiting for those, h2 held h3's port idle whenever they lagged, a time that port cannot make
+// up, and a 64 MiB broadcast took 2.94-3.12 s (0.86-0.91 of the bound); paced as here, 2.88-2.90 s (0.93), and 1
+// MiB 44.7-45.3 ms against 46.6-49.3 (alternated 7 and 3 times, 2026-11-29, AMD EPYC VM; no change measured in the
+// all-gathers of random-2, random-5 and dualrail-2x2, nor in random-5's broadcast).
+std::vector<uint32_t> pacedSteps(const Schedule& s, uint32_t first, uint32_t end) {
   std::vector<char> needed(end - first, 0);
   for (uint32_t i = first; i < end; ++i)
     for (int d = 0; d < s.steps[i].ndeps; ++d)
       if (s.steps[i].deps[d] >= first && s.steps[i].deps[d] < end) needed[s.steps[i].deps[d] - first] = 1;
+  auto onlyDelivers = [&](const Step& st) {
+    if (st.op != Step::Op::kRecv || st.dst.buf == Buf::kScratch) return false;
+    for (int d = 0; d < st.ndeps; ++d)
+      if (s.steps[st.deps[d]].op == Step::Op::kSend) return false;
+    return true;
+  };
   std::vector<uint32_t> out;
   for (uint32_t i = first; i < end; ++i)
-    if (!needed[i - first]) out.push_back(i);
+    if (!needed[i - first] && !onlyDelivers(s.steps[i])) out.push_back(i);
   return out;
 }
 
@@ -327,7 +346,7 @@ void emitFlows(Schedule& s, const GroupView& g, const topo::LinkGraph& graph, co
     }
     const uint32_t end = static_cast<uint32_t>(s.steps.size());
     pieceSteps[p] = {first, end};
-    done[p] = end > first ? joinSteps(s, terminalSteps(s, first, end)) : start;
+    done[p] = end > first ? joinSteps(s, pacedSteps(s, first, end)) : start;
     region = std::max(region, arenas[p].most);
   }
   // Piece p's scratch lives in region p % W: the pacing has finished piece p - W before piece p starts.

@@ -464,6 +464,51 @@ TEST(Synth, SmallFlowsThroughSeveralRankHostsAreCutFinely) {
   EXPECT_GE((1u << 20) / (shape.pieces * shape.segmentsPerPiece), 4u << 10);  // kMinSegmentBytes
 }
 
+// The pacing (flows.h) waits for what a rank sends and for the answers to it, never for a receive that only
+// delivers: on random-3 a rank that forwards the broadcast's heaviest tree waited for two light trees it is a leaf
+// of, which lagged behind the root's 31 Mbit/s Ethernet, and held a fully loaded port idle (0.86-0.91 of the bound
+// against 0.93). An allreduce's result is such an answer: a rank's next pieces wait for it (without that, every
+// host put its whole share on the wire at once: three-level-6's 1 MiB allreduce 103 ms against 82).
+TEST(Synth, PiecesArePacedByWhatARankSendsAndTheAnswersToIt) {
+  const std::vector<std::pair<std::string, std::shared_ptr<const topo::LinkGraph>>> clusters = {
+      {"random seed 3", graphOf(topo::randomClusterSpec(3))}, {"three-level-6", shipped("three-level-6")}};
+  auto overlaps = [](const Slice& a, const Slice& b) {
+    return a.buf == b.buf && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+  };
+  for (const auto& [name, g] : clusters)
+    for (CollKind kind : {CollKind::kBroadcast, CollKind::kAllGather, CollKind::kAllReduce, CollKind::kReduce}) {
+      Args a;
+      a.kind = kind;
+      a.root = g->nranks() - 1;
+      const bool perRank = kind == CollKind::kAllGather;
+      a.count = perRank ? (4u << 20) / g->nranks() : 4u << 20;  // 16 MiB of float32: many pieces
+      bool answersPace = false;
+      for (int rank = 0; rank < g->nranks(); ++rank) {
+        const GroupView v = GroupView::fromGraph(rank, g, 512 << 10);
+        const Algorithm* synth = nullptr;
+        for (const Algorithm* algo : allAlgorithms())
+          if (algo->name() == "synth" && algo->supports(a, v)) synth = algo;
+        ASSERT_NE(synth, nullptr) << name << " " << a.describe();
+        auto s = synth->plan(a, v);
+        ASSERT_TRUE(s.has_value()) << s.error().toString();
+        size_t waitsOnDelivery = 0;
+        for (const Step& st : s->steps)
+          for (int d = 0; d < st.ndeps; ++d) {
+            const Step& dep = s->steps[st.deps[d]];
+            if (dep.op != Step::Op::kRecv || dep.dst.buf == Buf::kScratch) continue;
+            bool answer = false;  // the receive waits for one of this rank's sends
+            for (int e = 0; e < dep.ndeps; ++e) answer |= s->steps[dep.deps[e]].op == Step::Op::kSend;
+            const bool reads = overlaps(st.src, dep.dst) || overlaps(st.src2, dep.dst);
+            waitsOnDelivery += !answer && !reads;
+            answersPace |= answer && !reads;
+          }
+        EXPECT_EQ(waitsOnDelivery, 0u) << name << " " << a.describe() << " rank " << rank
+                                       << ": steps wait for receives that only deliver";
+      }
+      if (kind == CollKind::kAllReduce) EXPECT_TRUE(answersPace) << name << ": the results do not pace the pieces";
+    }
+}
+
 TEST(Synth, AppliesOnlyWhereTheGraphSpansHosts) {
   GroupView g;
   g.nranks = 4;
