@@ -13,9 +13,10 @@
 //
 // Pieces are paced: a rank starts piece p once it has finished piece p - W, W enough pieces to cover the trees'
 // depth; finished, that is, with what it sends and the answers to it, not the receives that only deliver data it
-// forwards nowhere (a leaf's part of a broadcast: those complete in their own time, see pacedSteps). That bounds the data in flight (and the scratch: staging slots are reused every W pieces) and keeps the
-// fast links from bursting through the whole buffer while the slow ones wait. No step of a piece waits on a later
-// piece, so the pacing cannot deadlock.
+// forwards nowhere (a leaf's part of a broadcast: those complete in their own time, see pacedSteps). That bounds
+// the data in flight (and the scratch: staging slots are reused every W pieces) and keeps the fast links from
+// bursting through the whole buffer while the slow ones wait. No step of a piece waits on a later piece, so the
+// pacing cannot deadlock.
 #pragma once
 
 #include <functional>

@@ -147,19 +147,22 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
   done
   # What the synthesised schedules reach here is learned from rank 0's large calls and kept beside the probe's
   # cache (comm/synth_efficiency.h); the next init prices with it. The probe's figures are cached only when no other
-  # work loaded the machine while they were taken: a few tries, so that a busy CI machine does not decide this.
+  # work loaded the machine while they were taken and each agreed with its repeat: a few tries, a pause between
+  # them, so that a busy CI machine does not decide this (each try logs why its figures were not cached).
   cache="$tmp/probe-cache"
-  for try in 1 2 3; do
-    "$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" "$bin/all_reduce_perf" \
-      -b 4M -e 4M -n 3 -w 0 -c 0 >"$tmp/learn.log" 2>&1
+  for try in 1 2 3 4 5; do
+    "$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" -x HETCOMM_DEBUG=INFO \
+      -x HETCOMM_DEBUG_SUBSYS=INIT "$bin/all_reduce_perf" -b 4M -e 4M -n 3 -w 0 -c 0 >"$tmp/learn.log" 2>&1
     eff=$(ls "$cache"/probe-*-synth-*.txt 2>/dev/null | head -1)
     [ -n "$eff" ] && break
+    grep -m1 -oE "not cached: .*" "$tmp/learn.log" | sed "s/^/try $try: /" >>"$tmp/uncached.log"
+    sleep 2
   done
   [ -n "$eff" ] && grep -qE "^\[0\] +4194[0-9]+ .* synth +[0-9.]+$" "$tmp/learn.log" &&
     grep -qE "^allreduce( [0-9.e+-]+){3,8}$" "$eff"
   rc=$?
   check "irregular: rank 0's synthesised 4 MiB allreduces (3 out of place, 3 in place) leave their efficiencies beside the probe's cache" $rc
-  [ $rc -eq 0 ] || { tail -5 "$tmp/learn.log"; ls -l "$cache" 2>&1; }
+  [ $rc -eq 0 ] || { tail -5 "$tmp/learn.log"; ls -l "$cache" 2>&1; cat "$tmp/uncached.log" 2>/dev/null; }
   if [ -n "$eff" ]; then
     printf 'hetcomm-synth-efficiency 1\nallreduce 0.5 0.5 0.5\nallgather 0.7 1.4 0.4\n' >"$eff"
     out=$("$bin/hetcomm-run" --cluster "$tmp/irregular.json" -x HETCOMM_PROBE_CACHE="$cache" -x HETCOMM_DEBUG=INFO \

@@ -473,7 +473,8 @@ TEST(Synth, PiecesArePacedByWhatARankSendsAndTheAnswersToIt) {
   const std::vector<std::pair<std::string, std::shared_ptr<const topo::LinkGraph>>> clusters = {
       {"random seed 3", graphOf(topo::randomClusterSpec(3))}, {"three-level-6", shipped("three-level-6")}};
   auto overlaps = [](const Slice& a, const Slice& b) {
-    return a.buf == b.buf && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes && b.offset < a.offset + a.bytes;
+    return a.buf == b.buf && a.bytes > 0 && b.bytes > 0 && a.offset < b.offset + b.bytes &&
+           b.offset < a.offset + a.bytes;
   };
   for (const auto& [name, g] : clusters)
     for (CollKind kind : {CollKind::kBroadcast, CollKind::kAllGather, CollKind::kAllReduce, CollKind::kReduce}) {
@@ -505,7 +506,9 @@ TEST(Synth, PiecesArePacedByWhatARankSendsAndTheAnswersToIt) {
         EXPECT_EQ(waitsOnDelivery, 0u) << name << " " << a.describe() << " rank " << rank
                                        << ": steps wait for receives that only deliver";
       }
-      if (kind == CollKind::kAllReduce) EXPECT_TRUE(answersPace) << name << ": the results do not pace the pieces";
+      if (kind == CollKind::kAllReduce) {
+        EXPECT_TRUE(answersPace) << name << ": the results do not pace the pieces";
+      }
     }
 }
 
