@@ -35,6 +35,13 @@ std::shared_ptr<const topo::LinkGraph> shipped(const std::string& name) {
   return graphOf(*spec);
 }
 
+// The synthesised algorithm where it serves a on v; null where it does not.
+const Algorithm* synthAlgorithm(const Args& a, const GroupView& v) {
+  for (const Algorithm* algo : allAlgorithms())
+    if (algo->name() == "synth" && algo->supports(a, v)) return algo;
+  return nullptr;
+}
+
 // Where a bound is reachable, how far above it a packing may be: Frank-Wolfe's packing stands where the exact one
 // (packing_lp.h) is not 1 % lighter.
 constexpr double kWithinExact = 1.0102;
@@ -400,11 +407,7 @@ TEST(Synth, NoAlgorithmPredictsFasterThanTheBound) {
 // the probe's rates, less the probe's own error.
 TEST(Synth, ALearnedEfficiencyPricesItsKindOnly) {
   GroupView v = GroupView::fromGraph(0, shipped("island3-lone1"), 512 << 10);
-  auto synthFor = [&](const Args& a) -> const Algorithm* {
-    for (const Algorithm* algo : allAlgorithms())
-      if (algo->name() == "synth" && algo->supports(a, v)) return algo;
-    return nullptr;
-  };
+  auto synthFor = [&](const Args& a) { return synthAlgorithm(a, v); };
   Args ar, bc;
   ar.kind = CollKind::kAllReduce;
   bc.kind = CollKind::kBroadcast;
@@ -486,9 +489,7 @@ TEST(Synth, PiecesArePacedByWhatARankSendsAndTheAnswersToIt) {
       bool answersPace = false;
       for (int rank = 0; rank < g->nranks(); ++rank) {
         const GroupView v = GroupView::fromGraph(rank, g, 512 << 10);
-        const Algorithm* synth = nullptr;
-        for (const Algorithm* algo : allAlgorithms())
-          if (algo->name() == "synth" && algo->supports(a, v)) synth = algo;
+        const Algorithm* synth = synthAlgorithm(a, v);
         ASSERT_NE(synth, nullptr) << name << " " << a.describe();
         auto s = synth->plan(a, v);
         ASSERT_TRUE(s.has_value()) << s.error().toString();
