@@ -193,9 +193,7 @@ class Communicator {
   Status loadSynthEfficiency(Deadline deadline);
   void learnEfficiency(const Op& op);
   void saveEfficiency();
-  // coresShared: some machine of the job runs more ranks than it has CPUs (ProbeContext::coresShared).
-  Status probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
-                    bool coresShared, Deadline deadline);
+  Status probeLinks(const InitState& s, Deadline deadline);
   void fail(const Status& why);  // engine thread, or a thread that detached the comm
   void finishOp(const std::shared_ptr<Op>& op, Status st);
   // What runs the current operation: exec_ (a schedule), slots_, or one_ (a lone send or receive, which needs

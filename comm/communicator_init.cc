@@ -227,8 +227,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));
   if (probeEnabled() && nranks_ > 1)
-    HC_TRY(probeLinks(s.offers, s.forcedKinds,
-                      anyMachineOversubscribed(cpuListsOf(s.peers), machinesOf(s.peers, *cluster_)), deadline));
+    HC_TRY(probeLinks(s, deadline));
   HC_TRY(joinEngine(s));
   logInit(s);
   return okStatus();
@@ -416,15 +415,14 @@ void Communicator::logInit(const InitState& s) const {
 }
 
 // Measures each class of link (or takes the cached figures) and puts the results into the link matrix.
-Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vector<transport::Kind>& forcedKinds,
-                                bool coresShared, Deadline deadline) {
+Status Communicator::probeLinks(const InitState& s, Deadline deadline) {
   // Every rank needs the transport of every pair to name the classes alike: choose() is the same pure function
   // each end used for its own pairs.
   std::vector<transport::Kind> kinds(size_t(nranks_) * nranks_, transport::Kind::kShm);
   for (int i = 0; i < nranks_; ++i)
     for (int j = i + 1; j < nranks_; ++j)
       kinds[size_t(i) * nranks_ + j] = kinds[size_t(j) * nranks_ + i] =
-          choose(*cluster_, offers, forcedKinds, i, j).kind;
+          choose(*cluster_, s.offers, s.forcedKinds, i, j).kind;
   auto kindOf = [&](int i, int j) { return kinds[size_t(i) * nranks_ + j]; };
   std::vector<LinkClassProbe> classes = linkClasses(*cluster_, *links_, kindOf);
   ProbeContext ctx;
@@ -435,9 +433,12 @@ Status Communicator::probeLinks(const std::vector<Offer>& offers, const std::vec
   ctx.conns = connPtrs_;
   for (auto& t : transports_) ctx.transports.push_back(t.get());
   ctx.deadline = deadline;
-  ctx.coresShared = coresShared;
+  // The processes of this job that load this rank's CPUs are those on its machine (one kernel), not those of its
+  // host name: two machines cloned from one image share a name, and an emulated cluster's hosts share a kernel.
+  const std::vector<std::string> machine = machinesOf(s.peers, *cluster_);
+  ctx.coresShared = anyMachineOversubscribed(cpuListsOf(s.peers), machine);
   for (int r = 0; r < nranks_; ++r)
-    if (cluster_->node(r).hostName == cluster_->node(rank_).hostName) ctx.localPids.push_back(cluster_->node(r).pid);
+    if (machine[r] == machine[rank_]) ctx.localPids.push_back(s.peers[r].pid);
   std::string source;
   HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source, &probeCacheFile_));
   if (rank_ == 0)
