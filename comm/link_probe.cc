@@ -454,9 +454,7 @@ Result<std::vector<MemoryRates>> probeMemoryRates(const ProbeContext& ctx, const
   const int host = view.hostOf(ctx.rank);
   std::string mine;
   if (view.localRank(ctx.rank) == 0) {
-    const std::string dir = probeMode() == 1 || probeMode() == 2 ? cacheDir() : "";
-    const std::string path =
-        dir.empty() ? "" : format("%s/memory-%016llx.txt", dir.c_str(), (unsigned long long)fnv1a(view.hosts()[host].id));
+    const std::string path = probeMode() == 1 || probeMode() == 2 ? memoryCacheFile(view.hosts()[host].id) : "";
     MemoryRates r;
     std::ifstream in(path);
     std::string magic, line;
@@ -508,8 +506,36 @@ std::vector<LinkClassProbe> linkClasses(const topo::ClusterView& view, const top
   return out;
 }
 
+std::string buildFlavour() {
+  std::vector<std::string> parts;
+#if defined(__SANITIZE_ADDRESS__)
+  parts.push_back("address sanitizer");
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  parts.push_back("address sanitizer");
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+  parts.push_back("thread sanitizer");
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+  parts.push_back("thread sanitizer");
+#endif
+#endif
+#if defined(__has_feature)
+#if __has_feature(memory_sanitizer)
+  parts.push_back("memory sanitizer");
+#endif
+#endif
+#if !defined(__OPTIMIZE__)
+  parts.push_back("unoptimised");
+#endif
+  return join(parts, ", ");
+}
+
+// An optimised, uninstrumented build's names are those of the caches written before the flavour counted.
 std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes,
-                           bool coresShared) {
+                           bool coresShared, const std::string& flavour) {
   const std::string dir = cacheDir();
   if (dir.empty()) return "";
   std::vector<std::string> hosts;
@@ -519,7 +545,15 @@ std::string probeCacheFile(const topo::ClusterView& view, const std::vector<Link
   for (const auto& h : hosts) identity += h + "\n";
   for (const auto& c : classes) identity += c.key + "\n";
   if (coresShared) identity += "cores shared\n";
+  if (!flavour.empty()) identity += "build: " + flavour + "\n";
   return format("%s/probe-%016llx.txt", dir.c_str(), static_cast<unsigned long long>(fnv1a(identity)));
+}
+
+std::string memoryCacheFile(const std::string& hostId, const std::string& flavour) {
+  const std::string dir = cacheDir();
+  if (dir.empty()) return "";
+  const std::string identity = flavour.empty() ? hostId : hostId + "\nbuild: " + flavour;
+  return format("%s/memory-%016llx.txt", dir.c_str(), static_cast<unsigned long long>(fnv1a(identity)));
 }
 
 bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classes) {

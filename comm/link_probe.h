@@ -128,10 +128,18 @@ Status applyProbe(const std::vector<LinkClassProbe>& classes, const topo::Cluste
 // Whether to probe at all (HETCOMM_PROBE != 0).
 bool probeEnabled();
 
-// The cache: one text file per cluster, named by a hash of the hosts, the classes and whether cores are shared
-// (ProbeContext::coresShared). Exposed for tests.
+// What in this build changes the figures a rank measures: "" for an optimised build without instrumentation (the
+// library as users run it), else its sanitizers and "unoptimised". A test suite's sanitizer passes probe the same
+// links as its main build from the same home, a thread-sanitized rank at a tenth of the speed: their figures must
+// not price the main build's collectives.
+std::string buildFlavour();
+
+// The cache: one text file per cluster, named by a hash of the hosts, the classes, whether cores are shared
+// (ProbeContext::coresShared) and the build's flavour. Exposed for tests.
 std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes,
-                           bool coresShared = false);
+                           bool coresShared = false, const std::string& flavour = buildFlavour());
+// A host's memory rates' cache file ("" when caching is off), named by its id and the build's flavour.
+std::string memoryCacheFile(const std::string& hostId, const std::string& flavour = buildFlavour());
 // Reads cached values into classes; false when the file is missing, unreadable or does not match them exactly.
 bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classes);
 // Writes atomically (temporary file, rename); an error says why.

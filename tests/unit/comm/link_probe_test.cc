@@ -255,6 +255,19 @@ TEST(LinkProbe, CacheFileIsPerCluster) {
   // Figures taken where ranks share cores (every message a switch) are kept apart from the others.
   EXPECT_NE(a, probeCacheFile(view, c, /*coresShared=*/true));
   EXPECT_EQ(a, probeCacheFile(view, c, /*coresShared=*/false));
+  // A sanitized or unoptimised build's figures (a thread-sanitized rank moves a tenth of the bytes) are its own.
+  EXPECT_EQ(a, probeCacheFile(view, c, false, buildFlavour()));
+  EXPECT_NE(probeCacheFile(view, c, false, ""), probeCacheFile(view, c, false, "thread sanitizer"));
+  EXPECT_NE(probeCacheFile(view, c, false, "address sanitizer"), probeCacheFile(view, c, false, "thread sanitizer"));
+}
+
+TEST(MemoryRates, CacheFileIsPerHostAndBuild) {
+  const std::string a = memoryCacheFile("host a");
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(a, memoryCacheFile("host a", buildFlavour()));
+  EXPECT_NE(a, memoryCacheFile("host b"));
+  EXPECT_NE(memoryCacheFile("host a", ""), memoryCacheFile("host a", "address sanitizer"));
+  EXPECT_NE(memoryCacheFile("host a", "unoptimised"), memoryCacheFile("host a", "address sanitizer"));
 }
 
 }  // namespace
