@@ -24,8 +24,8 @@
 # (hetcomm-run --cluster reads both). Needs root (network namespaces, tc).
 # HETCOMM_EMU_BUCKET_MS (default 3): each shaped link's token bucket, in milliseconds at its rate (see shape()).
 # HETCOMM_EMU_CC (default reno): the TCP congestion control of the hosts' namespaces (see congestion_control()).
-# HETCOMM_EMU_PEAK (default 0): 1 caps each shaper's peak rate at 1.01x its rate, so that a full bucket drains at
-# the link's rate as a real NIC's queue does, not at once (see shape()).
+# HETCOMM_EMU_PEAK (default 1): caps each shaper's peak rate at 1.01x its rate, so that a full bucket drains at
+# the link's rate as a real NIC's queue does, not at once (see shape()); 0 lets a full bucket go at the veth's speed.
 set -euo pipefail
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit "${1:-0}"; }
@@ -54,7 +54,7 @@ if not BUCKET_MS_TEXT.isdigit() or not 1 <= int(BUCKET_MS_TEXT) <= 1000:
     die(f"HETCOMM_EMU_BUCKET_MS={BUCKET_MS_TEXT!r}: give the token bucket in whole milliseconds, 1 to 1000")
 BUCKET_MS = int(BUCKET_MS_TEXT)
 CC = os.environ.get("HETCOMM_EMU_CC", "reno")
-PEAK_TEXT = os.environ.get("HETCOMM_EMU_PEAK", "0")
+PEAK_TEXT = os.environ.get("HETCOMM_EMU_PEAK", "1")
 if PEAK_TEXT not in ("0", "1"):
     die(f"HETCOMM_EMU_PEAK={PEAK_TEXT!r}: give 1 (cap each link's peak rate at 1.01x its rate) or 0")
 PEAK = PEAK_TEXT == "1"
@@ -195,10 +195,11 @@ def shape(dev, mbps, ns=None):
     # timer.
     # The bucket lets a link that was idle send up to BUCKET_MS of its rate at the veth's speed: on a fast link that
     # is more than a collective's chunk (1600 Mbit/s x 3 ms = 600 KB against 512 KiB), so a pipeline's first chunk
-    # crosses an idle fast hop at once. HETCOMM_EMU_PEAK=1 caps the peak rate at 1.01x the rate (a second bucket of
-    # two packets) for checks of the pipelines' fill; measured on island3-lone1, a 1 MiB chain broadcast took 48.3
-    # ms capped against 43.6-43.7 plain, while a 16 MiB stream over the InfiniBand took 87.6 ms either way
-    # (2026-11-29, AMD EPYC VM). Not the default yet: the tables in docs/results.md were measured without it.
+    # crosses an idle fast hop at once, which no NIC does. So the peak rate is capped at 1.01x the rate (a second
+    # bucket of two packets; HETCOMM_EMU_PEAK=0 leaves it out): measured on island3-lone1, a 1 MiB chain broadcast
+    # took 48.3 ms capped against 43.6-43.7 plain (the plain one's fill cost nothing, and the model, which charges
+    # it, read 1.16 of it), while a 16 MiB stream over the InfiniBand took 87.6 ms either way (2026-11-29, AMD
+    # EPYC VM).
     burst = max(32 * 1024, mbps * 1000 * 1000 // 8 * BUCKET_MS // 1000)
     peak = ["peakrate", f"{mbps * 1010}kbit", "mtu", "33000"] if PEAK else []
     queue = ["limit", str(16 << 20)] if ns else ["latency", "50ms"]
