@@ -506,26 +506,23 @@ std::vector<LinkClassProbe> linkClasses(const topo::ClusterView& view, const top
   return out;
 }
 
+// g++ 12 knows the sanitizers by __SANITIZE_*__ alone; clang by __has_feature.
+#if defined(__has_feature)
+#define HC_HAS_FEATURE(x) __has_feature(x)
+#else
+#define HC_HAS_FEATURE(x) 0
+#endif
+
 std::string buildFlavour() {
   std::vector<std::string> parts;
-#if defined(__SANITIZE_ADDRESS__)
-  parts.push_back("address sanitizer");
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if defined(__SANITIZE_ADDRESS__) || HC_HAS_FEATURE(address_sanitizer)
   parts.push_back("address sanitizer");
 #endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-  parts.push_back("thread sanitizer");
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
+#if defined(__SANITIZE_THREAD__) || HC_HAS_FEATURE(thread_sanitizer)
   parts.push_back("thread sanitizer");
 #endif
-#endif
-#if defined(__has_feature)
-#if __has_feature(memory_sanitizer)
+#if HC_HAS_FEATURE(memory_sanitizer)
   parts.push_back("memory sanitizer");
-#endif
 #endif
 #if !defined(__OPTIMIZE__)
   parts.push_back("unoptimised");
