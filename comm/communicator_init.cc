@@ -208,6 +208,7 @@ struct Communicator::InitState {
   std::array<TransportPtr, kKinds> started;  // by kind: the transports this rank listens on
   std::vector<PeerInfo> peers;               // every rank's record
   std::vector<std::string> hosts;            // distinct host ids, for the log
+  std::vector<std::string> machines;         // by rank: the machine it runs on (machinesOf), once the cluster is known
   std::vector<Offer> offers;
   std::array<std::vector<std::vector<std::byte>>, kKinds> blobs;  // by kind, by peer: the blob to connect with
   std::array<int, kKinds> served{};                               // by kind: peers it serves
@@ -226,6 +227,7 @@ Status Communicator::init(const UniqueIdContent& id, uint64_t commId) {
   HC_TRY(choosePairs(s));
   routeTcpPaths(s);
   HC_TRY(connectPeers(s, deadline));
+  s.machines = machinesOf(s.peers, *cluster_);
   if (probeEnabled() && nranks_ > 1)
     HC_TRY(probeLinks(s, deadline));
   HC_TRY(joinEngine(s));
@@ -382,9 +384,8 @@ Status Communicator::joinEngine(const InitState& s) {
   sendSeq_.assign(nranks_, 0);
   recvSeq_.assign(nranks_, 0);
   for (auto& t : transports_) waitFds_.push_back(t->waitFd());
-  const std::vector<std::string> machine = machinesOf(s.peers, *cluster_);
   std::vector<bool> sameMachine(nranks_);
-  for (int p = 0; p < nranks_; ++p) sameMachine[p] = machine[p] == machine[rank_];
+  for (int p = 0; p < nranks_; ++p) sameMachine[p] = s.machines[p] == s.machines[rank_];
   const CpuSharing sharing = cpuSharing(cpuListsOf(s.peers), sameMachine, rank_);
   Engine::get().noteCpuSharing(sharing.ranks, sharing.cpus);
   HC_TRY(Engine::get().attach(this, waitFds_));
@@ -435,10 +436,9 @@ Status Communicator::probeLinks(const InitState& s, Deadline deadline) {
   ctx.deadline = deadline;
   // The processes of this job that load this rank's CPUs are those on its machine (one kernel), not those of its
   // host name: two machines cloned from one image share a name, and an emulated cluster's hosts share a kernel.
-  const std::vector<std::string> machine = machinesOf(s.peers, *cluster_);
-  ctx.coresShared = anyMachineOversubscribed(cpuListsOf(s.peers), machine);
+  ctx.coresShared = anyMachineOversubscribed(cpuListsOf(s.peers), s.machines);
   for (int r = 0; r < nranks_; ++r)
-    if (machine[r] == machine[rank_]) ctx.localPids.push_back(s.peers[r].pid);
+    if (s.machines[r] == s.machines[rank_]) ctx.localPids.push_back(s.peers[r].pid);
   std::string source;
   HC_TRY(probeLinkClasses(ctx, *cluster_, classes, &source, &probeCacheFile_));
   if (rank_ == 0)

@@ -530,7 +530,15 @@ std::string buildFlavour() {
   return join(parts, ", ");
 }
 
-// An optimised, uninstrumented build's names are those of the caches written before the flavour counted.
+namespace {
+// DIR/KIND-HASH.txt, the hash of what the file describes and of the build's flavour. An optimised, uninstrumented
+// build's names are those of the caches written before the flavour counted.
+std::string cacheFileOf(const std::string& dir, const char* kind, std::string identity, const std::string& flavour) {
+  if (!flavour.empty()) identity += "\nbuild: " + flavour;
+  return format("%s/%s-%016llx.txt", dir.c_str(), kind, static_cast<unsigned long long>(fnv1a(identity)));
+}
+}  // namespace
+
 std::string probeCacheFile(const topo::ClusterView& view, const std::vector<LinkClassProbe>& classes,
                            bool coresShared, const std::string& flavour) {
   const std::string dir = cacheDir();
@@ -542,15 +550,12 @@ std::string probeCacheFile(const topo::ClusterView& view, const std::vector<Link
   for (const auto& h : hosts) identity += h + "\n";
   for (const auto& c : classes) identity += c.key + "\n";
   if (coresShared) identity += "cores shared\n";
-  if (!flavour.empty()) identity += "build: " + flavour + "\n";
-  return format("%s/probe-%016llx.txt", dir.c_str(), static_cast<unsigned long long>(fnv1a(identity)));
+  return cacheFileOf(dir, "probe", identity, flavour);
 }
 
 std::string memoryCacheFile(const std::string& hostId, const std::string& flavour) {
   const std::string dir = cacheDir();
-  if (dir.empty()) return "";
-  const std::string identity = flavour.empty() ? hostId : hostId + "\nbuild: " + flavour;
-  return format("%s/memory-%016llx.txt", dir.c_str(), static_cast<unsigned long long>(fnv1a(identity)));
+  return dir.empty() ? "" : cacheFileOf(dir, "memory", hostId, flavour);
 }
 
 bool readProbeCache(const std::string& path, std::vector<LinkClassProbe>& classes) {
