@@ -5,7 +5,6 @@
 
 #include <span>
 #include <string_view>
-#include <vector>
 
 #include "collectives/args.h"
 #include "collectives/schedule.h"
@@ -55,10 +54,6 @@ struct Selection {
   double predictedUs = 0;
 };
 Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std::string_view forced);
-// Where the cost model cannot tell algorithms apart: the automatic choice first, then every other algorithm that
-// serves the call with an estimate within `within` times the choice's, cheapest first (the table's order between
-// equal estimates). The same list on every rank. comm's tuner measures them (algorithm_tuner.h).
-std::vector<Selection> contenders(const Args& args, const GroupView& group, double within);
 
 // A buffer of `bytes` pipelined in chunkBytes chunks along `chain` (group ranks, the source first): every hop
 // adds its time for one chunk to the first chunk's arrival, and the slowest hop paces the rest.

@@ -121,21 +121,6 @@ Result<Selection> selectAlgorithm(const Args& args, const GroupView& group, std:
   return Selection{best, best->estimateUs(args, group)};
 }
 
-std::vector<Selection> contenders(const Args& args, const GroupView& group, double within) {
-  std::vector<Selection> out;
-  const Algorithm* chosen = automatic(args, group);
-  if (!chosen) return out;
-  out.push_back({chosen, chosen->estimateUs(args, group)});
-  for (const Algorithm* algo : allAlgorithms()) {
-    if (algo == chosen || !algo->supports(args, group)) continue;
-    const double us = algo->estimateUs(args, group);
-    if (us <= within * out[0].predictedUs) out.push_back({algo, us});
-  }
-  std::stable_sort(out.begin() + 1, out.end(),
-                   [](const Selection& x, const Selection& y) { return x.predictedUs < y.predictedUs; });
-  return out;
-}
-
 double pipelinedChainUs(const GroupView& g, const std::vector<int>& chain, double bytes) {
   const double chunks = std::max(1.0, std::ceil(bytes / static_cast<double>(g.chunkBytes)));
   const double chunk = bytes / chunks;

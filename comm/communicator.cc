@@ -3,10 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <numeric>
 
 #include "collectives/algorithm_list.h"
@@ -34,29 +31,6 @@ namespace hetcomm::comm {
 
 HC_PARAM_STR(algoName, "ALGO", "")
 HC_PARAM_INT(chunkBytesParam, "CHUNK_BYTES", 512 << 10)
-HC_PARAM_INT(tuneParam, "TUNE", 1)
-HC_PARAM_STR(tuneWithinParam, "TUNE_WITHIN", "1.5")
-
-// The tuner's agreements (algorithm_tuner.h) are collectives of their own, run between the callers' calls: their
-// sequence numbers lie above the callers' (which wrap below 2^31), so their messages never match a caller's.
-constexpr uint64_t kInternalSeqBase = 1ull << 31;
-
-TunerSettings tunerSettings() {
-  TunerSettings s;
-  s.enabled = tuneParam() != 0;
-  const std::string& within = tuneWithinParam();
-  char* end = nullptr;
-  const double w = std::strtod(within.c_str(), &end);
-  if (end && *end == '\0' && w >= 1 && std::isfinite(w)) {
-    s.within = w;
-  } else {
-    static std::once_flag warned;
-    std::call_once(warned, [&] {
-      HC_WARN("HETCOMM_TUNE_WITHIN=%s is not a number >= 1; using %g", within.c_str(), s.within);
-    });
-  }
-  return s;
-}
 
 namespace {
 
@@ -98,7 +72,7 @@ uint64_t childCommId(uint64_t parent, uint64_t seq, int64_t color) {
 }
 
 Communicator::Communicator(int rank, int nranks, CommOptions options)
-    : rank_(rank), nranks_(nranks), options_(std::move(options)), tuner_(tunerSettings()) {
+    : rank_(rank), nranks_(nranks), options_(std::move(options)) {
   forcedAlgo_ = algoName();
   chunkBytes_ = static_cast<size_t>(std::max<int64_t>(4096, chunkBytesParam()));
 }
@@ -109,10 +83,8 @@ Communicator::~Communicator() {
 }
 
 std::string Communicator::planningSettings() const {
-  const TunerSettings& t = tuner_.settings();
-  return format("HETCOMM_ALGO=%s HETCOMM_CHUNK_BYTES=%zu HETCOMM_MULTIRAIL=%lld HETCOMM_TUNE=%d HETCOMM_TUNE_WITHIN=%g",
-                forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str(), chunkBytes_, static_cast<long long>(multiRail()),
-                t.enabled ? 1 : 0, t.within);
+  return format("HETCOMM_ALGO=%s HETCOMM_CHUNK_BYTES=%zu HETCOMM_MULTIRAIL=%lld",
+                forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str(), chunkBytes_, static_cast<long long>(multiRail()));
 }
 
 std::string Communicator::keyPrefix() const { return format("c%016llx", static_cast<unsigned long long>(commId_)); }
@@ -305,106 +277,32 @@ void Communicator::finishOp(const std::shared_ptr<Op>& op, Status st) {
 Result<std::shared_ptr<const coll::Schedule>> Communicator::planFor(Op& op) {
   const coll::GroupView& g = group_;
   const coll::Args& a = op.args;
-  if (a.kind == coll::CollKind::kSendRecv || op.agreement) {
+  if (a.kind == coll::CollKind::kSendRecv) {
     // One way to run them, and nothing compares their time with a prediction: no selection on this path, whose
-    // cost is every small message's latency. The tuner's agreement is a few numbers; recursive doubling serves
-    // any group in log2(n) steps.
-    HC_ASSIGN_OR_RETURN(coll::Schedule s, op.agreement ? coll::recursiveDoublingAllReduce().plan(a, g)
-                                                       : coll::directSendRecv().plan(a, g));
+    // cost is every small message's latency.
+    HC_ASSIGN_OR_RETURN(coll::Schedule s, coll::directSendRecv().plan(a, g));
     return std::make_shared<const coll::Schedule>(std::move(s));
   }
   // The choice and the schedule depend only on these arguments: a repeated call (the common case, and the one
   // whose latency matters) costs one lookup, not a pass over the cost model.
-  const CallShape key = shapeOf(a);
+  const PlanKey key{
+      a.count, static_cast<uint8_t>(a.kind), static_cast<uint8_t>(a.dtype), static_cast<uint8_t>(a.op), a.inPlace,
+      a.root};
   if (auto it = plans_.find(key); it != plans_.end()) {
     op.predictedUs = it->second.predictedUs;
     op.algorithm = it->second.algorithm;
     return it->second.plan;
   }
-  std::shared_ptr<const coll::Schedule> plan;
-  coll::Selection sel;
-  if (AlgorithmTuner::Shape* tuned = tuner_.find(key)) {
-    if (tuned->decided < 0) return plan;  // trials (tunedPlan) or the agreement first
-    AlgorithmTuner::Contender& c = tuned->contenders[static_cast<size_t>(tuned->decided)];
-    sel = c.selection;
-    plan = c.plan;
-  } else {
-    HC_ASSIGN_OR_RETURN(sel, coll::selectAlgorithm(a, g, forcedAlgo_));
-    const bool automatic = forcedAlgo_.empty() || forcedAlgo_ == "auto";
-    if (automatic && nranks_ > 1 && sel.predictedUs <= tuner_.settings().maxPredictedUs &&
-        tuner_.track(key, coll::contenders(a, g, tuner_.settings().within)))
-      return plan;
-  }
+  HC_ASSIGN_OR_RETURN(coll::Selection sel, coll::selectAlgorithm(a, g, forcedAlgo_));
   op.predictedUs = sel.predictedUs;
   op.algorithm = sel.algo->name();
-  if (!plan) {
-    HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
-    plan = std::make_shared<const coll::Schedule>(std::move(s));
-  }
+  HC_ASSIGN_OR_RETURN(coll::Schedule s, sel.algo->plan(a, g));
+  auto plan = std::make_shared<const coll::Schedule>(std::move(s));
   if (plans_.size() >= kMaxCachedPlans) plans_.clear();
   plans_.emplace(key, CachedPlan{plan, sel.predictedUs, sel.algo->name()});
   HC_TRACE(Coll, "%s: algorithm %.*s, %zu steps, %s scratch", a.describe().c_str(), (int)sel.algo->name().size(),
            sel.algo->name().data(), plan->steps.size(), humanBytes(plan->scratchBytes).c_str());
   return plan;
-}
-
-Result<std::shared_ptr<const coll::Schedule>> Communicator::tunedPlan(Op& op) {
-  AlgorithmTuner::Shape* tuned = tuner_.find(shapeOf(op.args));
-  const int i = tuned ? tuner_.nextTrial(*tuned) : -1;
-  if (i < 0) return internalError("%s: no plan, and no trial of the tuner to run", op.args.describe().c_str());
-  AlgorithmTuner::Contender& c = tuned->contenders[static_cast<size_t>(i)];
-  if (!c.plan) {
-    HC_ASSIGN_OR_RETURN(coll::Schedule s, c.selection.algo->plan(op.args, group_));
-    c.plan = std::make_shared<const coll::Schedule>(std::move(s));
-  }
-  ++tuned->started;
-  op.tuneTrial = i;
-  op.predictedUs = c.selection.predictedUs;
-  op.algorithm = c.selection.algo->name();
-  return c.plan;
-}
-
-std::shared_ptr<Op> Communicator::agreementBefore(const Op& op) {
-  if (op.agreement || op.args.kind == coll::CollKind::kSendRecv || !tuner_.pending()) return nullptr;
-  AlgorithmTuner::Shape* tuned = tuner_.find(shapeOf(op.args));
-  if (!tuned || tuned->decided >= 0 || tuner_.nextTrial(*tuned) >= 0) return nullptr;
-  agreeing_ = tuned;
-  agreeingArgs_ = op.args;
-  agreeSend_ = AlgorithmTuner::medians(*tuned);
-  agreeRecv_.assign(agreeSend_.size(), 0);
-  auto agree = std::make_shared<Op>();
-  agree->args.kind = coll::CollKind::kAllReduce;
-  agree->args.count = agreeSend_.size();
-  agree->args.dtype = kernels::DataType::kFloat64;
-  agree->args.op = kernels::RedOp::kMax;
-  agree->send = agreeSend_.data();
-  agree->recv = agreeRecv_.data();
-  agree->comm = this;
-  agree->agreement = true;
-  internalSeq_ = internalSeq_ % (kInternalSeqBase - 1) + 1;
-  agree->seq = kInternalSeqBase + internalSeq_;
-  return agree;
-}
-
-void Communicator::noteTuned(const Op& finished) {
-  if (finished.agreement && agreeing_) {
-    const int chosen = tuner_.decide(*agreeing_, agreeRecv_);
-    std::string measured;
-    for (size_t i = 0; i < agreeing_->contenders.size(); ++i) {
-      const coll::Selection& c = agreeing_->contenders[i].selection;
-      measured += format("%s%.*s %.1f us (model %.1f)", i ? ", " : "", (int)c.algo->name().size(),
-                         c.algo->name().data(), agreeRecv_[i], c.predictedUs);
-    }
-    const std::string_view name = agreeing_->contenders[static_cast<size_t>(chosen)].selection.algo->name();
-    HC_INFO(Coll, "%s: measured %s (the slowest rank's median of %d calls each): %.*s from now on",
-            agreeingArgs_.describe().c_str(), measured.c_str(), tuner_.settings().trials, (int)name.size(),
-            name.data());
-    agreeing_ = nullptr;
-    return;
-  }
-  if (finished.tuneTrial < 0) return;
-  if (AlgorithmTuner::Shape* tuned = tuner_.find(shapeOf(finished.args)))
-    tuned->contenders[static_cast<size_t>(finished.tuneTrial)].timesUs.push_back((nowSec() - currentStartSec_) * 1e6);
 }
 
 Communicator::DescriptorBytes Communicator::descriptor(const Op& op) const {
@@ -447,9 +345,6 @@ Status Communicator::startOp(const std::shared_ptr<Op>& op) {
     return st;
   }
   HC_ASSIGN_OR_RETURN(auto plan, planFor(*op));
-  if (!plan) {
-    HC_ASSIGN_OR_RETURN(plan, tunedPlan(*op));
-  }
   const bool collective = op->args.kind != coll::CollKind::kSendRecv && nranks_ > 1;
   if (plan->hostSlots) {  // its slot carries its descriptor
     runner_ = Runner::kSlots;
@@ -579,7 +474,7 @@ Communicator::Here Communicator::allReduceHere(const coll::Args& args, const voi
     local.comm = this;
     // Slots only where the cost model (or HETCOMM_ALGO) chooses them; the plan is cached after the first call.
     auto plan = planFor(local);
-    if (!plan || !*plan || !(*plan)->hostSlots || !claimIdle([&] { local.seq = stepCollectiveSeq(); })) return;
+    if (!plan || !(*plan)->hostSlots || !claimIdle([&] { local.seq = stepCollectiveSeq(); })) return;
     log::ScopedRank scope(rank_, name());
     slots_->startAllReduce(local.seq, descriptor(local), send, recv, args.count, args.dtype, args.op);
     auto verify = [&](std::span<const std::byte> theirs, int from) { return checkDescriptor(local, theirs, from); };
@@ -611,7 +506,7 @@ Communicator::Here Communicator::allReduceHere(const coll::Args& args, const voi
 // all); the start time is taken only for the collectives checkPrediction looks at.
 void Communicator::markRunning(Op& op) {
   currentDeadline_ = Deadline::never();
-  if (checksPrediction(op) || op.tuneTrial >= 0) currentStartSec_ = nowSec();
+  if (checksPrediction(op)) currentStartSec_ = nowSec();
   op.state.store(Op::kRunning, std::memory_order_release);
 }
 
@@ -764,11 +659,6 @@ bool Communicator::progressOnce() {
         queue_.pop_front();
         current_->after.reset();  // ordering done: keeping it would chain every op of the stream alive
         busy_ = true;
-        // The tuner's agreement on this call's shape, when it is due, runs first; the call stays first in line.
-        if (auto agree = agreementBefore(*current_)) {
-          queue_.push_front(std::move(current_));
-          current_ = std::move(agree);
-        }
       }
     }
     if (!current_) {
@@ -810,7 +700,6 @@ bool Communicator::progressOnce() {
   if (*done) {
     auto finished = std::move(current_);
     runner_ = Runner::kSchedule;
-    noteTuned(*finished);
     checkPrediction(*finished);
     learnEfficiency(*finished);
     currentDeadline_ = Deadline::never();

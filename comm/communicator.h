@@ -18,7 +18,6 @@
 
 #include "collectives/algorithm.h"
 #include "collectives/executor.h"
-#include "comm/algorithm_tuner.h"
 #include "comm/bootstrap/store.h"
 #include "comm/host_slots.h"
 #include "comm/link_probe.h"
@@ -123,10 +122,8 @@ class Communicator {
   // operation's timeout if it has not started yet.
   bool readyToSleep();
 
-  // The algorithm a call with these arguments would run, and its predicted time (after init; any thread): once the
-  // tuner has measured its shape, the one it agreed on.
+  // The algorithm a call with these arguments would run, and its predicted time (after init; any thread).
   Result<coll::Selection> selectFor(const coll::Args& args) const {
-    if (auto tuned = tuner_.decision(shapeOf(args))) return *tuned;
     return coll::selectAlgorithm(args, group_, forcedAlgo_);
   }  // The selection a communicator of exactly these ranks of this one, in this order, would make (ranks[0] its rank
   // 0), from this one's topology and link figures, without building it: what a planner asks of candidate groups
@@ -216,16 +213,10 @@ class Communicator {
   void markRunning(Op& op);
   Result<bool> advanceCurrent(bool* moved);
   std::string waitingOn() const;
-  // The op's schedule (and sets op.predictedUs, op.algorithm); nullptr while the tuner tries its shape's contenders:
-  // startOp takes the trial's (tunedPlan).
-  Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);
-  Result<std::shared_ptr<const coll::Schedule>> tunedPlan(Op& op);
-  // The tuner's agreement, when it must run before op (its shape's trials all ran), or nullptr.
-  std::shared_ptr<Op> agreementBefore(const Op& op);
-  void noteTuned(const Op& finished);  // a trial's time, or the agreement's decision
+  Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);  // and sets op.predictedUs
   std::string keyPrefix() const;
-  // The settings every rank must share to build the same schedules (HETCOMM_ALGO, _CHUNK_BYTES, _MULTIRAIL, _TUNE,
-  // _TUNE_WITHIN), as text: init compares every rank's.
+  // The settings every rank must share to build the same schedules (HETCOMM_ALGO, _CHUNK_BYTES, _MULTIRAIL), as
+  // text: init compares every rank's.
   std::string planningSettings() const;
   // What a collective tells its ring neighbour, so that ranks calling different collectives fail at once.
   using DescriptorBytes = HostSlots::Descriptor;
@@ -293,19 +284,27 @@ class Communicator {
   ScratchPtr scratch_;
   size_t scratchBytes_ = 0;
   // Schedules of the collectives called so far, by their arguments.
+  struct PlanKey {
+    size_t count;
+    uint8_t kind, dtype, op;
+    bool inPlace;
+    int root;
+    bool operator==(const PlanKey&) const = default;
+  };
+  struct PlanKeyHash {
+    size_t operator()(const PlanKey& k) const noexcept {
+      uint64_t h = k.count * 0x9e3779b97f4a7c15ull;
+      h ^= (uint64_t{k.kind} << 40) ^ (uint64_t{k.dtype} << 32) ^ (uint64_t{k.op} << 24) ^ (uint64_t{k.inPlace} << 20) ^
+           static_cast<uint32_t>(k.root);
+      return static_cast<size_t>(h ^ (h >> 29));
+    }
+  };
   struct CachedPlan {
     std::shared_ptr<const coll::Schedule> plan;
     double predictedUs = 0;
     std::string_view algorithm;
   };
-  std::unordered_map<CallShape, CachedPlan, CallShapeHash> plans_;
-  // Measures the contenders the model cannot tell apart (algorithm_tuner.h); its agreement runs as an internal
-  // allreduce whose sequence numbers lie above the callers' (kInternalSeqBase).
-  AlgorithmTuner tuner_;
-  uint64_t internalSeq_ = 0;
-  AlgorithmTuner::Shape* agreeing_ = nullptr;  // the shape whose agreement runs
-  coll::Args agreeingArgs_;                    // ... a call of it, for the log
-  std::vector<double> agreeSend_, agreeRecv_;
+  std::unordered_map<PlanKey, CachedPlan, PlanKeyHash> plans_;
   std::string forcedAlgo_;
   size_t chunkBytes_ = 0;
   double currentStartSec_ = 0;

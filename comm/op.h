@@ -29,8 +29,6 @@ struct Op {
   uint64_t seq = 0;           // collective sequence number on comm (0 for point-to-point)
   double predictedUs = 0;     // the cost model's time for the algorithm that runs it (set when planned)
   std::string_view algorithm;  // that algorithm's name (set when planned)
-  int tuneTrial = -1;          // a trial of the algorithm tuner: the contender it runs (algorithm_tuner.h)
-  bool agreement = false;      // the tuner's own allreduce, inserted before a tuned shape's next call
 
   // Staged operations (device buffers) are queued at the call, in order, but may not start until their inputs are
   // in the staging buffers: each staging job that feeds this op opens one gate (device_staging.h).

@@ -266,60 +266,6 @@ void checkOthers(hetcommComm_t comm, int rank, int n, hetcommDataType_t t, size_
   }
 }
 
-// The same call many times over: where the cost model cannot tell algorithms apart, the first calls of a shape try
-// each contender and the ranks then agree on one (comm/algorithm_tuner.h; HETCOMM_TUNE_WITHIN widens it to every
-// algorithm). Every call's result must be right, through the trials, the agreement and after, also with all the
-// calls queued on a stream at once; and every rank must report the same algorithm afterwards.
-void checkRepeated(hetcommComm_t comm, int rank, int n, hetcommStream_t stream) {
-  constexpr int kCalls = 14;  // three contenders' three trials each, the agreement, and decided calls
-  const hetcommDataType_t t = hetcommFloat32;
-  const hetcommRedOp_t op = hetcommSum;
-  char what[160];
-  for (size_t count : {size_t{3000}, size_t{40000}}) {
-    std::vector<std::vector<float>> send(kCalls, std::vector<float>(count)), recv(kCalls, std::vector<float>(count));
-    for (int k = 0; k < kCalls; ++k)
-      for (size_t i = 0; i < count; ++i) store(send[k].data(), i, t, static_cast<double>(inputValue(rank, i, t, op)));
-    for (int k = 0; k < kCalls; ++k)
-      CHECK_HC(hetcommAllReduce(send[k].data(), recv[k].data(), count, t, op, comm, stream));
-    CHECK_HC(hetcommStreamSynchronize(stream));
-    size_t bad = 0;
-    for (int k = 0; k < kCalls; ++k)
-      for (size_t i = 0; i < count; ++i)
-        if (!close(load(recv[k].data(), i, t), reference(i, t, op, n, 0), t, op)) ++bad;
-    std::snprintf(what, sizeof(what), "allreduce n=%d count=%zu float x%d on a stream: %zu wrong", n, count, kCalls,
-                  bad);
-    report(bad == 0, what);
-    for (int k = 0; k < kCalls; ++k) {
-      std::vector<float> gathered(n * count), scattered(count), root(count);
-      CHECK_HC(hetcommAllGather(send[k].data(), gathered.data(), count, t, comm, nullptr));
-      CHECK_HC(hetcommReduceScatter(gathered.data(), scattered.data(), count, t, op, comm, nullptr));
-      for (size_t i = 0; i < count; ++i) root[i] = rank == n - 1 ? static_cast<float>(k + i % 7) : -1.0f;
-      CHECK_HC(hetcommBroadcast(root.data(), root.data(), count, t, n - 1, comm, nullptr));
-      CHECK_HC(hetcommReduce(send[k].data(), recv[k].data(), count, t, op, 0, comm, nullptr));
-      bad = 0;
-      for (size_t i = 0; i < count; ++i) {
-        for (int p = 0; p < n; ++p) bad += gathered[p * count + i] != static_cast<float>(inputValue(p, i, t, op));
-        // every rank gathered the same vectors: the reduce-scatter sums n copies of its own block, its own input
-        bad += scattered[i] != static_cast<float>(n * inputValue(rank, i, t, op));
-        bad += root[i] != static_cast<float>(k + i % 7);
-        if (rank == 0) bad += !close(load(recv[k].data(), i, t), reference(i, t, op, n, 0), t, op);
-      }
-      std::snprintf(what, sizeof(what), "allgather, reduce-scatter, broadcast, reduce n=%d count=%zu call %d: %zu wrong",
-                    n, count, k, bad);
-      report(bad == 0, what);
-    }
-    // Every rank runs, and reports, the same algorithm.
-    char mine[32] = {0};
-    CHECK_HC(hetcommCommGetAlgorithm(comm, hetcommCollAllReduce, count, t, mine, sizeof mine, nullptr));
-    std::vector<char> all(32 * n);
-    CHECK_HC(hetcommAllGather(mine, all.data(), 32, hetcommInt8, comm, nullptr));
-    bool same = true;
-    for (int p = 0; p < n; ++p) same = same && std::strncmp(all.data() + 32 * p, mine, 32) == 0;
-    std::snprintf(what, sizeof(what), "allreduce n=%d count=%zu: every rank reports %s", n, count, mine);
-    report(same, what);
-  }
-}
-
 void runSuite(hetcommComm_t comm, bool full) {
   int rank, n;
   CHECK_HC(hetcommCommUserRank(comm, &rank));
@@ -339,7 +285,6 @@ void runSuite(hetcommComm_t comm, bool full) {
   }
   for (hetcommDataType_t t : types) checkOthers(comm, rank, n, t, 13);
   checkOthers(comm, rank, n, hetcommFloat32, full ? (1 << 18) + 1 : 1001);
-  checkRepeated(comm, rank, n, stream);
   CHECK_HC(hetcommStreamDestroy(stream));
 }
 

@@ -3,7 +3,6 @@
 // exact in any reduction order (nccl-tests' trick), so comparisons are bit-exact.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstring>
 #include <map>
 #include <vector>
@@ -182,38 +181,6 @@ TEST(Collectives, SelectionIsKeptPerSizeClass) {
     EXPECT_EQ(kept->algo, again->algo);
     EXPECT_EQ(kept->algo, selectAlgorithm(a, fresh, "")->algo) << count;
     EXPECT_DOUBLE_EQ(kept->predictedUs, kept->algo->estimateUs(a, g));
-  }
-}
-
-// What comm's tuner measures: the automatic choice first, then every other algorithm that serves the call within the
-// given factor of its estimate, cheapest first; nothing that does not serve it.
-TEST(Collectives, ContendersAreTheChoiceThenTheNearOnesCheapestFirst) {
-  GroupView g = viewOf(shape(1, 4, 1), 0, 1.0);
-  g.hostSlotBytes = 16384;
-  g.prepare();
-  Args a;
-  a.kind = CollKind::kAllReduce;
-  a.dtype = DataType::kFloat32;
-  for (size_t count : {size_t{2}, size_t{1000}, size_t{1} << 15, size_t{1} << 22}) {
-    a.count = count;
-    const auto all = contenders(a, g, 1e9);
-    ASSERT_FALSE(all.empty());
-    EXPECT_EQ(all[0].algo, selectAlgorithm(a, g, "")->algo) << count;
-    size_t serving = 0;
-    for (const Algorithm* algo : allAlgorithms()) serving += algo->supports(a, g);
-    EXPECT_EQ(all.size(), serving) << count;
-    for (size_t i = 2; i < all.size(); ++i) EXPECT_LE(all[i - 1].predictedUs, all[i].predictedUs) << count;
-    for (const Selection& c : all) {
-      EXPECT_TRUE(c.algo->supports(a, g)) << c.algo->name();
-      EXPECT_DOUBLE_EQ(c.predictedUs, c.algo->estimateUs(a, g)) << c.algo->name();
-    }
-    const auto near = contenders(a, g, 1.5);
-    ASSERT_FALSE(near.empty());
-    EXPECT_EQ(near[0].algo, all[0].algo);
-    for (const Selection& c : all)
-      EXPECT_EQ(c.predictedUs <= 1.5 * all[0].predictedUs,
-                std::any_of(near.begin(), near.end(), [&](const Selection& x) { return x.algo == c.algo; }))
-          << count << " " << c.algo->name();
   }
 }
 
