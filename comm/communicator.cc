@@ -82,8 +82,9 @@ Communicator::~Communicator() {
   saveEfficiency();
 }
 
-std::string Communicator::planningSettings() const {
-  return format("HETCOMM_ALGO=%s HETCOMM_CHUNK_BYTES=%zu HETCOMM_MULTIRAIL=%lld",
+std::string Communicator::sharedSettings() const {
+  return format("HETCOMM_TRANSPORT=%s HETCOMM_ALGO=%s HETCOMM_CHUNK_BYTES=%zu HETCOMM_MULTIRAIL=%lld",
+                transportName().empty() ? "auto" : transportName().c_str(),
                 forcedAlgo_.empty() ? "auto" : forcedAlgo_.c_str(), chunkBytes_, static_cast<long long>(multiRail()));
 }
 

@@ -215,9 +215,9 @@ class Communicator {
   std::string waitingOn() const;
   Result<std::shared_ptr<const coll::Schedule>> planFor(Op& op);  // and sets op.predictedUs
   std::string keyPrefix() const;
-  // The settings every rank must share to build the same schedules (HETCOMM_ALGO, _CHUNK_BYTES, _MULTIRAIL), as
-  // text: init compares every rank's.
-  std::string planningSettings() const;
+  // The settings every rank must share to choose the same transports and build the same schedules
+  // (HETCOMM_TRANSPORT, _ALGO, _CHUNK_BYTES, _MULTIRAIL), as text: init compares every rank's.
+  std::string sharedSettings() const;
   // What a collective tells its ring neighbour, so that ranks calling different collectives fail at once.
   using DescriptorBytes = HostSlots::Descriptor;
   DescriptorBytes descriptor(const Op& op) const;

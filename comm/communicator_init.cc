@@ -48,8 +48,8 @@ namespace {
 // What every rank publishes at init: where it runs, what it forces, what it can run (the Offer), and how each of
 // its transports reaches it (blobs, by transport kind; empty for one it does not run).
 struct PeerInfo {
-  std::string hostName, forced;
-  std::string planning;  // the settings every rank's schedules depend on (planningSettings)
+  std::string hostName;
+  std::string settings;  // what every rank must have alike (sharedSettings)
   int pid = 0;
   std::string cpus;             // the CPUs its process may run on: "0,1,5"
   std::string bootId;           // its kernel's boot id: ranks with the same one share the CPUs cpus names
@@ -83,10 +83,10 @@ std::vector<std::byte> encodePeer(const PeerInfo& p) {
   // Named, not temporaries: a temporary in a range-for's initializer is gone before the loop body runs (C++20).
   const std::string ports = join(p.offer.verbsPorts, ","), pid = std::to_string(p.pid);
   for (std::string_view field :
-       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.forced),
+       {std::string_view(p.offer.hostId), std::string_view(p.hostName), std::string_view(p.settings),
         std::string_view(pid), asText(p.node), std::string_view(p.offer.ucx ? "1" : "0"),
         std::string_view(p.offer.ucxWhy), std::string_view(ports), std::string_view(p.offer.verbsWhy),
-        std::string_view(p.cpus), std::string_view(p.bootId), std::string_view(p.planning)})
+        std::string_view(p.cpus), std::string_view(p.bootId)})
     putString(out, field);
   for (const auto& b : p.blobs) putString(out, asText(b));
   return out;
@@ -96,10 +96,10 @@ Result<PeerInfo> decodePeer(const std::vector<std::byte>& raw, int rank) {
   PeerInfo p;
   std::span<const std::byte> in(raw);
   std::string pid, node, ucx, ports;
-  bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.forced) &&
+  bool ok = getString(in, &p.offer.hostId) && getString(in, &p.hostName) && getString(in, &p.settings) &&
             getString(in, &pid) && getString(in, &node) && getString(in, &ucx) && getString(in, &p.offer.ucxWhy) &&
             getString(in, &ports) && getString(in, &p.offer.verbsWhy) && getString(in, &p.cpus) &&
-            getString(in, &p.bootId) && getString(in, &p.planning);
+            getString(in, &p.bootId);
   std::array<std::string, kKinds> blobs;
   for (auto& b : blobs) ok = ok && getString(in, &b);
   if (!ok) return remoteError("rank %d published a malformed peer record", rank);
@@ -251,8 +251,7 @@ Status Communicator::listenAll(InitState& s) {
   HC_ASSIGN_OR_RETURN(topo::NodeDescription node, localNode());
   node.pid = static_cast<int>(getpid());
   s.me.hostName = topo::hostName();
-  s.me.forced = s.forced;
-  s.me.planning = planningSettings();
+  s.me.settings = sharedSettings();
   s.me.pid = node.pid;
   s.me.cpus = affinityList();
   s.me.bootId = topo::kernelBootId();
@@ -268,13 +267,10 @@ Status Communicator::exchangeRecords(InitState& s, Deadline deadline) {
   std::vector<topo::NodeDescription> nodes(nranks_);
   for (int p = 0; p < nranks_; ++p) {
     HC_ASSIGN_OR_RETURN(s.peers[p], decodePeer(raw[p], p));
-    if (s.peers[p].forced != s.forced)
-      return invalidUsage("HETCOMM_TRANSPORT is '%s' on rank %d but '%s' on rank %d: it must be the same everywhere",
-                          s.forced.c_str(), rank_, s.peers[p].forced.c_str(), p);
-    if (s.peers[p].planning != s.me.planning)
-      return invalidUsage("rank %d has %s but rank %d has %s: every rank must plan its collectives alike (the same "
-                          "settings everywhere)",
-                          rank_, s.me.planning.c_str(), p, s.peers[p].planning.c_str());
+    if (s.peers[p].settings != s.me.settings)
+      return invalidUsage("rank %d has %s but rank %d has %s: every rank must have the same (it picks transports and "
+                          "plans collectives with its peers alike)",
+                          rank_, s.me.settings.c_str(), p, s.peers[p].settings.c_str());
     if (std::find(s.hosts.begin(), s.hosts.end(), s.peers[p].offer.hostId) == s.hosts.end())
       s.hosts.push_back(s.peers[p].offer.hostId);
     auto n = topo::deserializeNode(s.peers[p].node);
