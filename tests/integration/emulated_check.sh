@@ -113,7 +113,7 @@ if [ -z "${HETCOMM_TRANSPORT:-}" ]; then
   "$emulate" up "$tmp/dualrail.json" >"$tmp/up2.log" 2>&1; check "emulate-cluster up (dual rail)" $?
   out=$("$bin/hetcomm-run" --cluster "$tmp/dualrail.json" -x HETCOMM_DEBUG=TRACE -x HETCOMM_DEBUG_SUBSYS=INIT \
     "$bin/hetcomm-topo" 2>&1)
-  grep -qE "\[rank 0\].*peer 2 .*r0->r2/tcp\(3 sockets via [0-9.]+ \(50%\), [0-9.]+ \(50%\), [0-9.]+ \(0%\)\)" <<<"$out"
+  grep -qE "\[rank 0\].*peer 2 .*r0->r2/tcp\(3 sockets via [0-9.]+ \(50%\), [0-9.]+ \(50%\), [0-9.]+ \(0%\), congestion [a-z0-9_-]+\)" <<<"$out"
   check "dual rail: tcp stripes over both InfiniBand-class fabrics, half each (and has a socket on Ethernet)" $?
   coll_check_on "$tmp/dualrail.json" "dual rail: every collective is correct"
   "$emulate" down "$tmp/dualrail.json" >/dev/null 2>&1; check "emulate-cluster down (dual rail)" $?

@@ -1,5 +1,7 @@
 #include "transports/tcp/tcp_connection.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -95,9 +97,20 @@ TcpConnection::~TcpConnection() {
   }
 }
 
+std::string congestionOf(int fd) {
+  char name[16] = {};  // the kernel's TCP_CA_NAME_MAX
+  socklen_t len = sizeof(name);
+  if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "?";
+  return std::string(name, strnlen(name, std::min<size_t>(len, sizeof(name))));
+}
+
 std::string TcpConnection::describe() const {
-  return format("r%d->r%d/tcp(%zu socket%s via %s)", myRank_, peer_, streams_.size(), streams_.size() == 1 ? "" : "s",
-                via_.c_str());
+  std::vector<std::string> congestion;  // each one the sockets use, once
+  for (const auto& s : streams_)
+    if (std::string cc = congestionOf(s->fd()); std::find(congestion.begin(), congestion.end(), cc) == congestion.end())
+      congestion.push_back(std::move(cc));
+  return format("r%d->r%d/tcp(%zu socket%s via %s, congestion %s)", myRank_, peer_, streams_.size(),
+                streams_.size() == 1 ? "" : "s", via_.c_str(), join(congestion, "/").c_str());
 }
 
 Status TcpConnection::peerGone() const {

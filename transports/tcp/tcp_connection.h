@@ -44,6 +44,9 @@ static_assert(sizeof(FrameHeader) == 40);
 
 class TcpConnection;
 
+// A TCP socket's congestion control ("reno", "bbr"; "?" when the kernel does not say).
+std::string congestionOf(int fd);
+
 // Striping over several paths (multi-rail): no path gets a share smaller than kMinStripeBytes (a frame's overhead
 // and a socket's wake-up are not worth less), and shares are whole pages.
 inline constexpr size_t kMinStripeBytes = 32 << 10;

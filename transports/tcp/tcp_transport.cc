@@ -3,6 +3,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
 #include <sys/epoll.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <boost/asio/write.hpp>
 #include <cstring>
+#include <fstream>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
 
 #include "common/listener_guard.h"
@@ -40,6 +43,9 @@ HC_PARAM_INT(nsocksPerPeer, "NSOCKS_PERPEER", 0)
 // 13.0 us. With two sockets (3 ranks) the reads of an idle pass already cost more than they save (75 -> 87 us),
 // with 3 and 7 sockets (4 and 8 ranks) 1.3x and 2.4x slower.
 HC_PARAM_INT(directReadSocketsParam, "TCP_DIRECT_READ_SOCKETS", 1)
+// Empty: loopback sockets get reno, the others the system's congestion control; "system": the system's for all;
+// a name: that one for all (congestionFor).
+HC_PARAM_STR(tcpCongestion, "TCP_CONGESTION", "")
 constexpr int kLocalSockets = 1, kRemoteSockets = 2;
 
 namespace {
@@ -361,6 +367,44 @@ Result<std::vector<Interface>> selectInterfaces(const std::string& spec) {
   return out;
 }
 
+// ---- congestion control ----
+
+bool staysOnMachine(const tcp::endpoint& local, const tcp::endpoint& remote) {
+  return remote.address().is_loopback() || remote.address() == local.address();
+}
+
+std::string congestionFor(const std::string& setting, bool onMachine) {
+  if (setting == "system") return "";
+  if (!setting.empty()) return setting;
+  return onMachine ? kLoopbackCongestion : "";
+}
+
+Status checkCongestionName(const std::string& setting) {
+  constexpr size_t kNameMax = 16;  // the kernel's TCP_CA_NAME_MAX, the terminating zero included
+  const bool wellFormed =
+      !setting.empty() && setting.size() < kNameMax && std::all_of(setting.begin(), setting.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      });
+  if (setting.empty() || wellFormed) return okStatus();
+  return invalidArgument(
+      "HETCOMM_TCP_CONGESTION=%s is not a congestion control name (letters, digits, '_' or '-', at most %d "
+      "characters; \"system\" keeps the system's)",
+      setting.c_str(), static_cast<int>(kNameMax - 1));
+}
+
+Status setCongestion(int fd, const std::string& name) {
+  if (setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name.data(), static_cast<socklen_t>(name.size())) == 0)
+    return okStatus();
+  const int err = errno;
+  std::string allowed, available;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_allowed_congestion_control"), allowed);
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_available_congestion_control"), available);
+  return errnoStatus(err,
+                     "tcp: the kernel refused congestion control %s (this kernel has: %s; a process without "
+                     "CAP_NET_ADMIN may choose: %s)",
+                     name.c_str(), available.empty() ? "?" : available.c_str(), allowed.empty() ? "?" : allowed.c_str());
+}
+
 // ---- transport ----
 
 Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const Config& config) {
@@ -370,6 +414,7 @@ Result<std::unique_ptr<TcpTransport>> TcpTransport::create(const Config& config)
   if (nsocks < 0 || nsocks > kMaxSockets)
     return invalidArgument("HETCOMM_NSOCKS_PERPEER=%lld is out of range 1..%d (0: automatic)", (long long)nsocks,
                            kMaxSockets);
+  HC_TRY(checkCongestionName(tcpCongestion()));
   int epfd = epoll_create1(EPOLL_CLOEXEC);
   if (epfd < 0) return errnoStatus(errno, "tcp: epoll_create1");
   return std::unique_ptr<TcpTransport>(
@@ -502,6 +547,17 @@ Result<std::vector<std::unique_ptr<Connection>>> TcpTransport::connectAll(
       if (!ec) moved.non_blocking(true, ec);
       if (!ec) moved.set_option(tcp::no_delay(true), ec);
       if (ec) return systemError("tcp: socket set-up for rank %d: %s", p, ec.message().c_str());
+      const tcp::endpoint local = moved.local_endpoint(ec), remote = ec ? tcp::endpoint() : moved.remote_endpoint(ec);
+      if (ec) return systemError("tcp: socket set-up for rank %d: %s", p, ec.message().c_str());
+      const bool onMachine = staysOnMachine(local, remote);
+      if (const std::string cc = congestionFor(tcpCongestion(), onMachine); !cc.empty()) {
+        Status st = setCongestion(moved.native_handle(), cc);
+        if (!st.ok() && !tcpCongestion().empty())  // the user's choice: say so rather than run without it
+          return invalidArgument("HETCOMM_TCP_CONGESTION=%s, socket to rank %d: %s", cc.c_str(), p,
+                                 std::string(st.message()).c_str());
+        if (!st.ok())
+          HC_INFO(Net, "tcp: %s; the socket to rank %d keeps the system's", std::string(st.message()).c_str(), p);
+      }
       socks.push_back(std::move(moved));
     }
     std::vector<std::string> via(st.via[p].begin(), st.via[p].begin() + count);

@@ -7,7 +7,7 @@
 //
 // Parameters: HETCOMM_SOCKET_IFNAME picks interfaces (prefixes; "^" excludes, "=" matches exactly, e.g.
 // "=eth1" or "^docker,lo"); HETCOMM_NSOCKS_PERPEER sockets per peer (default: 1 on this host, 2 to other hosts;
-// at most 16).
+// at most 16); HETCOMM_TCP_CONGESTION the sockets' congestion control (below: loopback ones get reno).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -40,6 +40,25 @@ bool interfaceMatches(const std::string& spec, const std::string& ifname);
 std::vector<double> socketWeights(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via);
 // Each socket's path id (Transport::Path::id) by the address at the peer's end; -1 for one on no listed path.
 std::vector<int> socketPaths(const std::vector<Transport::Path>& paths, const std::vector<std::string>& via);
+
+// Congestion control. A pacing algorithm (BBR, the system's default on some distributions and on this project's
+// machines) sends no faster than its estimate of the path's rate. Over loopback every burst is limited by the
+// application, the estimate drifts low and stays there, and a rank's sends queue behind the pacing timer: two ranks
+// swapping 128 KiB over loopback took 27 us a call, or 47-54 us for the whole run once BBR had left its start-up
+// (about one run in six; pacing at 50-60 Gbit/s), and a 64 MiB allreduce ran at 2.40-2.49 GB/s against 2.66-2.90
+// with reno. A socket that never leaves this machine has no network to share: it gets reno (kLoopbackCongestion),
+// which never paces and which every process may choose. Sockets to other machines keep the system's choice.
+// HETCOMM_TCP_CONGESTION: unset, that; "system": the system's for every socket; a name: that one for every socket
+// (init fails with the kernel's answer when it refuses).
+inline constexpr const char* kLoopbackCongestion = "reno";
+// Whether a connected socket's two ends are this machine: the peer's address is a loopback one or this end's own.
+bool staysOnMachine(const boost::asio::ip::tcp::endpoint& local, const boost::asio::ip::tcp::endpoint& remote);
+// The congestion control to set on a socket for HETCOMM_TCP_CONGESTION=setting; empty: leave the system's.
+std::string congestionFor(const std::string& setting, bool onMachine);
+// Refuses a setting that cannot name a congestion control (empty is the default, and fine).
+Status checkCongestionName(const std::string& setting);
+// Sets it on a TCP socket; the kernel's refusal comes back with what it offers.
+Status setCongestion(int fd, const std::string& name);
 
 class TcpTransport final : public Transport {
  public:

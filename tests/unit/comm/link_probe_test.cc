@@ -166,17 +166,18 @@ TEST_F(ProbeCache, FilesThatDoNotMatchAreIgnored) {
   EXPECT_FALSE(readProbeCache(path_, c));
   // Garbage, a wrong first line, a negative or non-numeric figure.
   const std::string line = c[0].key + "\t1\t2\n";
-  // Versions 1 to 3 measured otherwise (same-host links in cache or one way only; streams a quarter as long):
-  // their figures are not reused.
+  // Versions 1 to 4 measured otherwise (same-host links in cache or one way only; streams a quarter as long;
+  // loopback tcp under the system's pacing): their figures are not reused.
   for (const std::string& text : {std::string("garbage\n"), "hetcomm-probe 0\n" + line, "hetcomm-probe 2\n" + line,
-                                  "hetcomm-probe 3\n" + line, "hetcomm-probe 4\n" + c[0].key + "\t-1\t2\n",
-                                  "hetcomm-probe 4\n" + c[0].key + "\t1\tfast\n", std::string("")}) {
+                                  "hetcomm-probe 3\n" + line, "hetcomm-probe 4\n" + line,
+                                  "hetcomm-probe 5\n" + c[0].key + "\t-1\t2\n",
+                                  "hetcomm-probe 5\n" + c[0].key + "\t1\tfast\n", std::string("")}) {
     writeRaw(text);
     auto one = c;
     one.resize(1);
     EXPECT_FALSE(readProbeCache(path_, one)) << text;
   }
-  writeRaw("hetcomm-probe 4\n" + line);
+  writeRaw("hetcomm-probe 5\n" + line);
   auto one = c;
   one.resize(1);
   EXPECT_TRUE(readProbeCache(path_, one));

@@ -165,7 +165,7 @@ TEST_F(SynthEfficiencyFile, OnePerShapeBesideTheProbeCacheAndTheyGoWithIt) {
   EXPECT_DOUBLE_EQ(read->learned(CollKind::kAllReduce), 1.0);
   EXPECT_EQ(synthEfficiencyFiles(probe).size(), 2u);
 
-  std::ofstream(probe) << "hetcomm-probe 4\n";
+  std::ofstream(probe) << "hetcomm-probe 5\n";
   ASSERT_TRUE(dropProbeCache(probe).ok());
   EXPECT_NE(access(probe.c_str(), F_OK), 0);
   EXPECT_NE(access(file.c_str(), F_OK), 0) << "what was learned against the dropped figures goes with them";

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -403,6 +404,113 @@ TEST(TcpStriping, OutOfRangeSocketCountIsRejected) {
 
 // 0 is "automatic": one socket between ranks of one host, two between hosts.
 TEST(TcpStriping, AutomaticPicksOneSocketOnOneHost) { expectChildPasses("0"); }
+
+// ---- congestion control ----
+
+// The system's default for new sockets ("bbr", "cubic").
+std::string systemCongestion() {
+  std::string name;
+  std::getline(std::ifstream("/proc/sys/net/ipv4/tcp_congestion_control"), name);
+  return name;
+}
+
+TEST(TcpCongestion, LoopbackSocketsGetRenoOthersKeepTheSystems) {
+  EXPECT_EQ(congestionFor("", true), kLoopbackCongestion);
+  EXPECT_EQ(congestionFor("", false), "");
+  EXPECT_EQ(congestionFor("system", true), "");
+  EXPECT_EQ(congestionFor("system", false), "");
+  EXPECT_EQ(congestionFor("cubic", true), "cubic");
+  EXPECT_EQ(congestionFor("cubic", false), "cubic");
+}
+
+TEST(TcpCongestion, ASocketStaysOnTheMachineOverLoopbackOrToItsOwnAddress) {
+  auto ep = [](const char* addr) {
+    return boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address(addr), 4000);
+  };
+  EXPECT_TRUE(staysOnMachine(ep("127.0.0.1"), ep("127.0.0.1")));
+  EXPECT_TRUE(staysOnMachine(ep("127.0.0.1"), ep("127.0.1.1")));
+  EXPECT_TRUE(staysOnMachine(ep("::1"), ep("::1")));
+  EXPECT_TRUE(staysOnMachine(ep("10.0.0.1"), ep("10.0.0.1")));  // this host's own address: the kernel loops it
+  EXPECT_FALSE(staysOnMachine(ep("10.0.0.1"), ep("10.0.0.2")));
+  EXPECT_FALSE(staysOnMachine(ep("fe80::1"), ep("fe80::2")));
+}
+
+TEST(TcpCongestion, NamesThatCannotBeACongestionControlAreRefused) {
+  for (const char* ok : {"", "system", "cubic", "bbr", "reno", "dctcp", "h-tcp_2"}) EXPECT_TRUE(checkCongestionName(ok).ok()) << ok;
+  for (const char* bad : {"a b", "cubic;reno", "sixteen-letters!", "0123456789abcdef", "../x"}) {
+    Status st = checkCongestionName(bad);
+    EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find(std::string("HETCOMM_TCP_CONGESTION=") + bad), std::string::npos) << st.message();
+  }
+}
+
+TEST(TcpCongestion, SetOnASocketAndRefusalsSayWhatTheKernelOffers) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  EXPECT_TRUE(setCongestion(fd, "reno").ok());  // every process may choose reno
+  EXPECT_EQ(congestionOf(fd), "reno");
+  Status st = setCongestion(fd, "nosuchcc");
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("congestion control nosuchcc"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("this kernel has: "), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("reno"), std::string::npos) << st.message();
+  EXPECT_EQ(congestionOf(fd), "reno");  // unchanged
+  ::close(fd);
+}
+
+// HETCOMM_TCP_CONGESTION is read once per process: the cases run as child processes with it set.
+TEST(TcpCongestionChild, Run) {
+  const char* setting = std::getenv("HC_TEST_CONGESTION_CHILD");
+  if (!setting) GTEST_SKIP() << "runs only as the child process of TcpCongestion.* (with HETCOMM_TCP_CONGESTION set)";
+  const std::string want = setting;
+  if (want == "unknown") {  // the kernel refuses it: init fails, naming the setting and what the kernel has
+    Group g;
+    ConnectOutcome out = connectGroup(g, 2, {secretOf(1), secretOf(1)}, {7, 7}, 10);
+    ASSERT_EQ(out.results.size(), 2u);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(out.results[r]) << r;
+      const Status& st = out.results[r].error();
+      EXPECT_EQ(st.code(), Code::kInvalidArgument);
+      EXPECT_NE(st.message().find("HETCOMM_TCP_CONGESTION=nosuchcc"), std::string::npos) << st.message();
+      EXPECT_NE(st.message().find("this kernel has: "), std::string::npos) << st.message();
+    }
+  } else if (want == "malformed") {
+    auto tr = TcpTransport::create(configFor(0, 2, secretOf(1), 1));
+    ASSERT_FALSE(tr);
+    EXPECT_EQ(tr.error().code(), Code::kInvalidArgument);
+    EXPECT_NE(tr.error().message().find("HETCOMM_TCP_CONGESTION=a b"), std::string::npos) << tr.error().message();
+  } else {
+    Group g;
+    ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+    for (int a = 0; a < 2; ++a) {
+      const std::string d = g.conn(a, 1 - a).describe();
+      EXPECT_NE(d.find(", congestion " + want + ")"), std::string::npos) << d;
+    }
+  }
+  if (!HasFailure()) std::printf("HC_CONGESTION_CHILD_OK %s\n", setting);
+}
+
+void expectCongestionChildPasses(const std::string& setting, const std::string& expect) {
+  std::string output;
+  int rc = testing::runChild({"HETCOMM_TCP_CONGESTION=", "HC_TEST_CONGESTION_CHILD="},
+                             {"HETCOMM_TCP_CONGESTION=" + setting, "HC_TEST_CONGESTION_CHILD=" + expect},
+                             "TcpCongestionChild.Run", &output, 120);
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_NE(output.find("HC_CONGESTION_CHILD_OK " + expect), std::string::npos) << output;
+}
+
+TEST(TcpCongestion, LoopbackConnectionsUseRenoByDefault) {
+  Group g;
+  ASSERT_NO_FATAL_FAILURE(makeGroup(g, 2));
+  for (int a = 0; a < 2; ++a) {
+    const std::string d = g.conn(a, 1 - a).describe();
+    EXPECT_NE(d.find(std::string(", congestion ") + kLoopbackCongestion + ")"), std::string::npos) << d;
+  }
+}
+TEST(TcpCongestion, SystemKeepsTheSystemsDefault) { expectCongestionChildPasses("system", systemCongestion()); }
+TEST(TcpCongestion, ANameIsSetOnEverySocket) { expectCongestionChildPasses("reno", "reno"); }
+TEST(TcpCongestion, ANameTheKernelRefusesFailsInit) { expectCongestionChildPasses("nosuchcc", "unknown"); }
+TEST(TcpCongestion, AMalformedNameFailsCreate) { expectCongestionChildPasses("a b", "malformed"); }
 
 }  // namespace
 }  // namespace hetcomm::transport::tcp
