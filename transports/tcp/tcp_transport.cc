@@ -4,10 +4,11 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <sys/socket.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/co_spawn.hpp>
 #include <boost/asio/detached.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -15,8 +16,8 @@
 #include <boost/asio/redirect_error.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
-#include <algorithm>
 #include <boost/asio/write.hpp>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <utility>  // Boost 1.74's awaitable.hpp uses std::exchange without including it
@@ -402,7 +403,8 @@ Status setCongestion(int fd, const std::string& name) {
   return errnoStatus(err,
                      "tcp: the kernel refused congestion control %s (this kernel has: %s; a process without "
                      "CAP_NET_ADMIN may choose: %s)",
-                     name.c_str(), available.empty() ? "?" : available.c_str(), allowed.empty() ? "?" : allowed.c_str());
+                     name.c_str(), available.empty() ? "?" : available.c_str(),
+                     allowed.empty() ? "?" : allowed.c_str());
 }
 
 // ---- transport ----

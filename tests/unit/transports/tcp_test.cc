@@ -424,9 +424,7 @@ TEST(TcpCongestion, LoopbackSocketsGetRenoOthersKeepTheSystems) {
 }
 
 TEST(TcpCongestion, ASocketStaysOnTheMachineOverLoopbackOrToItsOwnAddress) {
-  auto ep = [](const char* addr) {
-    return boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address(addr), 4000);
-  };
+  auto ep = [](const char* addr) { return boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address(addr), 4000); };
   EXPECT_TRUE(staysOnMachine(ep("127.0.0.1"), ep("127.0.0.1")));
   EXPECT_TRUE(staysOnMachine(ep("127.0.0.1"), ep("127.0.1.1")));
   EXPECT_TRUE(staysOnMachine(ep("::1"), ep("::1")));
@@ -436,7 +434,8 @@ TEST(TcpCongestion, ASocketStaysOnTheMachineOverLoopbackOrToItsOwnAddress) {
 }
 
 TEST(TcpCongestion, NamesThatCannotBeACongestionControlAreRefused) {
-  for (const char* ok : {"", "system", "cubic", "bbr", "reno", "dctcp", "h-tcp_2"}) EXPECT_TRUE(checkCongestionName(ok).ok()) << ok;
+  for (const char* ok : {"", "system", "cubic", "bbr", "reno", "dctcp", "h-tcp_2"})
+    EXPECT_TRUE(checkCongestionName(ok).ok()) << ok;
   for (const char* bad : {"a b", "cubic;reno", "sixteen-letters!", "0123456789abcdef", "../x"}) {
     Status st = checkCongestionName(bad);
     EXPECT_EQ(st.code(), Code::kInvalidArgument) << bad;
