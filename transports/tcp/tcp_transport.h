@@ -45,11 +45,11 @@ std::vector<int> socketPaths(const std::vector<Transport::Path>& paths, const st
 // machines) sends no faster than its estimate of the path's rate. Over loopback every burst is limited by the
 // application, the estimate drifts low and stays there, and a rank's sends queue behind the pacing timer: two ranks
 // swapping 128 KiB over loopback took 27 us a call, or 47-54 us for the whole run once BBR had left its start-up
-// (about one run in six; pacing at 50-60 Gbit/s), and a 64 MiB allreduce ran at 2.40-2.49 GB/s against 2.66-2.90
-// with reno. A socket that never leaves this machine has no network to share: it gets reno (kLoopbackCongestion),
-// which never paces and which every process may choose. Sockets to other machines keep the system's choice.
-// HETCOMM_TCP_CONGESTION: unset, that; "system": the system's for every socket; a name: that one for every socket
-// (init fails with the kernel's answer when it refuses).
+// (16 runs of 80; none of 36 with reno; pacing at 50-60 Gbit/s), and a 64 MiB allreduce ran at 2.40-2.49 GB/s
+// against 2.66-2.90 with reno. A socket that never leaves this machine has no network to share: it gets reno
+// (kLoopbackCongestion), which never paces and which every process may choose. Sockets to other machines keep the
+// system's choice. HETCOMM_TCP_CONGESTION: unset, that; "system": the system's for every socket; a name: that one for
+// every socket (init fails with the kernel's answer when it refuses).
 inline constexpr const char* kLoopbackCongestion = "reno";
 // Whether a connected socket's two ends are this machine: the peer's address is a loopback one or this end's own.
 bool staysOnMachine(const boost::asio::ip::tcp::endpoint& local, const boost::asio::ip::tcp::endpoint& remote);
