@@ -382,11 +382,10 @@ std::string congestionFor(const std::string& setting, bool onMachine) {
 
 Status checkCongestionName(const std::string& setting) {
   constexpr size_t kNameMax = 16;  // the kernel's TCP_CA_NAME_MAX, the terminating zero included
-  const bool wellFormed =
-      !setting.empty() && setting.size() < kNameMax && std::all_of(setting.begin(), setting.end(), [](char c) {
-        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-      });
-  if (setting.empty() || wellFormed) return okStatus();
+  const bool wellFormed = setting.size() < kNameMax && std::all_of(setting.begin(), setting.end(), [](char c) {
+                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+                          });
+  if (wellFormed) return okStatus();  // the empty default included
   return invalidArgument(
       "HETCOMM_TCP_CONGESTION=%s is not a congestion control name (letters, digits, '_' or '-', at most %d "
       "characters; \"system\" keeps the system's)",

@@ -382,17 +382,22 @@ TEST(TcpStripingChild, Run) {
       EXPECT_EQ(diff(msgs[j].in, msgs[j].out), "") << j;
     }
   }
-  if (!HasFailure()) std::printf("HC_STRIPING_CHILD_OK nsocks=%s\n", nsocksEnv);
+  if (!HasFailure()) std::printf("HC_TEST_STRIPING_CHILD_OK %s\n", nsocksEnv);
 }
 
-// Runs this binary again with only TcpStripingChild.Run, HETCOMM_NSOCKS_PERPEER=nsocks and HC_TEST_STRIPING_CHILD=1.
-void expectChildPasses(const std::string& nsocks) {
+// Runs this binary again with only childTest, var=value (read once per process, so a process of its own) and
+// marker=expect; the child prints "<marker>_OK <expect>" when it passed.
+void expectChildPasses(const char* childTest, const std::string& var, const std::string& value,
+                       const std::string& marker, const std::string& expect) {
   std::string output;
-  int rc = testing::runChild({"HETCOMM_NSOCKS_PERPEER=", "HC_TEST_STRIPING_CHILD="},
-                             {"HETCOMM_NSOCKS_PERPEER=" + nsocks, "HC_TEST_STRIPING_CHILD=1"}, "TcpStripingChild.Run",
-                             &output, 120);
+  int rc =
+      testing::runChild({var + "=", marker + "="}, {var + "=" + value, marker + "=" + expect}, childTest, &output, 120);
   EXPECT_EQ(rc, 0) << output;
-  EXPECT_NE(output.find("HC_STRIPING_CHILD_OK nsocks=" + nsocks), std::string::npos) << output;
+  EXPECT_NE(output.find(marker + "_OK " + expect), std::string::npos) << output;
+}
+
+void expectChildPasses(const std::string& nsocks) {
+  expectChildPasses("TcpStripingChild.Run", "HETCOMM_NSOCKS_PERPEER", nsocks, "HC_TEST_STRIPING_CHILD", nsocks);
 }
 
 TEST(TcpStriping, FourSocketsPerPeer) { expectChildPasses("4"); }
@@ -486,16 +491,11 @@ TEST(TcpCongestionChild, Run) {
       EXPECT_NE(d.find(", congestion " + want + ")"), std::string::npos) << d;
     }
   }
-  if (!HasFailure()) std::printf("HC_CONGESTION_CHILD_OK %s\n", setting);
+  if (!HasFailure()) std::printf("HC_TEST_CONGESTION_CHILD_OK %s\n", setting);
 }
 
 void expectCongestionChildPasses(const std::string& setting, const std::string& expect) {
-  std::string output;
-  int rc = testing::runChild({"HETCOMM_TCP_CONGESTION=", "HC_TEST_CONGESTION_CHILD="},
-                             {"HETCOMM_TCP_CONGESTION=" + setting, "HC_TEST_CONGESTION_CHILD=" + expect},
-                             "TcpCongestionChild.Run", &output, 120);
-  EXPECT_EQ(rc, 0) << output;
-  EXPECT_NE(output.find("HC_CONGESTION_CHILD_OK " + expect), std::string::npos) << output;
+  expectChildPasses("TcpCongestionChild.Run", "HETCOMM_TCP_CONGESTION", setting, "HC_TEST_CONGESTION_CHILD", expect);
 }
 
 TEST(TcpCongestion, LoopbackConnectionsUseRenoByDefault) {
