@@ -53,8 +53,8 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     double us = p != n ? 2 * stepUs(extra) : 0;
     double reductions = p != n ? 1 : 0;
     for (int d = 1; d < p; d *= 2, ++reductions) us += stepUs([&](int i) { return i < p ? i ^ d : -1; });
-    // Every step reduces the whole buffer, after a copy of the input into place (out of place).
-    return us + worstMemoryUs(g, a.inPlace ? 0 : bytes, reductions * bytes, bytes);
+    // Every step reduces the whole buffer; the first reads the input where it lies, so nothing is copied.
+    return us + worstMemoryUs(g, 0, reductions * bytes, bytes);
   }
 
   Result<Schedule> plan(const Args& a, const GroupView& g) const override {
@@ -68,41 +68,39 @@ class RecursiveDoublingAllReduce final : public Algorithm {
     auto stage = [&](int k) { return Slice{Buf::kScratch, static_cast<size_t>(k % 2) * bytes, bytes}; };
     if (r >= p) {  // an extra rank: hand the input in, take the (already divided) result back
       uint32_t snd = s.send(r - p, kHandIn, in);
-      uint32_t rcv = s.recv(r - p, kHandBack, stage(0));
-      uint32_t cpy = s.copy(acc, stage(0));
-      s.steps[cpy].dependOn(rcv);
-      s.steps[cpy].dependOn(snd);  // in place, the result overwrites what was sent
+      uint32_t rcv = s.recv(r - p, kHandBack, acc);
+      s.steps[rcv].dependOn(snd);  // in place, the result overwrites what was sent
       return s;
     }
-    // The running sum lives in the receive buffer.
-    std::vector<uint32_t> copied;
-    copyUnlessSame(s, acc, in, a.inPlace, &copied);
-    std::optional<uint32_t> last = copied.empty() ? std::nullopt : std::optional<uint32_t>(copied.front());
+    // The running sum starts as the input, where it lies, and lives in the receive buffer from the first reduce on:
+    // out of place, nothing is copied (a copy of the whole buffer, on the critical path, at every size).
+    Slice sum = in;
+    std::optional<uint32_t> last;
     auto after = [&](uint32_t step) {
       if (last) s.steps[step].dependOn(*last);
     };
     std::vector<uint32_t> reduces;
-    if (r + p < n) {  // take the extra rank's input first
-      uint32_t rcv = s.recv(r + p, kHandIn, stage(0));
-      uint32_t red = s.reduce(acc, acc, stage(0));
+    auto addInto = [&](uint32_t rcv, Slice arrived) {
+      uint32_t red = s.reduce(acc, sum, arrived);
       s.steps[red].dependOn(rcv);
       after(red);
       last = red;
       reduces.push_back(red);
-    }
+      sum = acc;
+      return red;
+    };
+    if (r + p < n) addInto(s.recv(r + p, kHandIn, stage(0)), stage(0));  // take the extra rank's input first
     for (int d = 1; d < p; d *= 2) {
       const int peer = r ^ d;
       const int k = static_cast<int>(reduces.size());
       const uint32_t t = tag++;
-      uint32_t snd = s.send(peer, t, acc);
+      const bool sumInPlace = sum.buf == acc.buf || a.inPlace;  // the reduce below overwrites what is sent
+      uint32_t snd = s.send(peer, t, sum);
       after(snd);
       uint32_t rcv = s.recv(peer, t, stage(k));
       if (k >= 2) s.steps[rcv].dependOn(reduces[k - 2]);  // the slot's previous reduce has read it
-      uint32_t red = s.reduce(acc, acc, stage(k));
-      s.steps[red].dependOn(rcv);
-      s.steps[red].dependOn(snd);  // the running sum may change only once it has been sent
-      last = red;
-      reduces.push_back(red);
+      uint32_t red = addInto(rcv, stage(k));
+      if (sumInPlace) s.steps[red].dependOn(snd);  // the running sum may change only once it has been sent
     }
     if (a.op == kernels::RedOp::kAvg) {
       uint32_t div = s.divide(acc);
