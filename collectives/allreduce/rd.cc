@@ -94,13 +94,13 @@ class RecursiveDoublingAllReduce final : public Algorithm {
       const int peer = r ^ d;
       const int k = static_cast<int>(reduces.size());
       const uint32_t t = tag++;
-      const bool sumInPlace = sum.buf == acc.buf || a.inPlace;  // the reduce below overwrites what is sent
+      const bool overwritesSent = sum.buf == acc.buf || a.inPlace;  // the reduce below overwrites what is sent
       uint32_t snd = s.send(peer, t, sum);
       after(snd);
       uint32_t rcv = s.recv(peer, t, stage(k));
       if (k >= 2) s.steps[rcv].dependOn(reduces[k - 2]);  // the slot's previous reduce has read it
       uint32_t red = addInto(rcv, stage(k));
-      if (sumInPlace) s.steps[red].dependOn(snd);  // the running sum may change only once it has been sent
+      if (overwritesSent) s.steps[red].dependOn(snd);  // the running sum may change only once it has been sent
     }
     if (a.op == kernels::RedOp::kAvg) {
       uint32_t div = s.divide(acc);

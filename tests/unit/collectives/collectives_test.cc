@@ -576,6 +576,27 @@ TEST(Collectives, RecursiveDoublingAllReduceEveryRankCountSizeTypeAndOp) {
     for (RedOp op : kAllOps) runCase({CollKind::kAllReduce, 6, 333, t, op, 0, false}, 4096, true, "rd");
 }
 
+// The running sum starts as the input where it lies: no rank of any count copies, in place or out of place; and
+// out of place, the input is only ever read.
+TEST(Collectives, RecursiveDoublingCopiesNothingAndOnlyReadsTheInput) {
+  for (int n : {2, 3, 5, 6, 8})
+    for (bool inPlace : {false, true})
+      for (int r = 0; r < n; ++r) {
+        Args a;
+        a.kind = CollKind::kAllReduce;
+        a.count = 1000;
+        a.inPlace = inPlace;
+        auto s = recursiveDoublingAllReduce().plan(a, viewOf(shape(1, n, 1), r));
+        ASSERT_TRUE(s.has_value());
+        for (const Step& step : s->steps) {
+          EXPECT_NE(step.op, Step::Op::kCopy) << "n " << n << " rank " << r;
+          if (step.op != Step::Op::kSend) {
+            EXPECT_NE(step.dst.buf, Buf::kSend) << "n " << n << " rank " << r;
+          }
+        }
+      }
+}
+
 TEST(Collectives, CostModelPicksRecursiveDoublingForSmallAndRingForLarge) {
   Args a;
   a.kind = CollKind::kAllReduce;
