@@ -98,7 +98,7 @@ TcpConnection::~TcpConnection() {
 }
 
 std::string congestionOf(int fd) {
-  char name[16] = {};  // the kernel's TCP_CA_NAME_MAX
+  char name[kCongestionNameMax] = {};
   socklen_t len = sizeof(name);
   if (getsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, name, &len) != 0) return "?";
   return std::string(name, strnlen(name, std::min<size_t>(len, sizeof(name))));

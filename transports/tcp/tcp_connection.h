@@ -44,6 +44,8 @@ static_assert(sizeof(FrameHeader) == 40);
 
 class TcpConnection;
 
+// The longest congestion control name the kernel takes, its terminating zero included (TCP_CA_NAME_MAX).
+inline constexpr size_t kCongestionNameMax = 16;
 // A TCP socket's congestion control ("reno", "bbr"; "?" when the kernel does not say).
 std::string congestionOf(int fd);
 

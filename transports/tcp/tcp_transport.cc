@@ -381,15 +381,15 @@ std::string congestionFor(const std::string& setting, bool onMachine) {
 }
 
 Status checkCongestionName(const std::string& setting) {
-  constexpr size_t kNameMax = 16;  // the kernel's TCP_CA_NAME_MAX, the terminating zero included
-  const bool wellFormed = setting.size() < kNameMax && std::all_of(setting.begin(), setting.end(), [](char c) {
-                            return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
-                          });
+  const bool wellFormed =
+      setting.size() < kCongestionNameMax && std::all_of(setting.begin(), setting.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+      });
   if (wellFormed) return okStatus();  // the empty default included
   return invalidArgument(
       "HETCOMM_TCP_CONGESTION=%s is not a congestion control name (letters, digits, '_' or '-', at most %d "
       "characters; \"system\" keeps the system's)",
-      setting.c_str(), static_cast<int>(kNameMax - 1));
+      setting.c_str(), static_cast<int>(kCongestionNameMax - 1));
 }
 
 Status setCongestion(int fd, const std::string& name) {
