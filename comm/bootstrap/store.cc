@@ -257,10 +257,23 @@ Result<std::unique_ptr<StoreServer>> StoreServer::start(const std::string& bindA
   auto addr = asio::ip::make_address(bindAddr.empty() ? "0.0.0.0" : bindAddr, ec);
   if (ec) return invalidArgument("store: bad bind address '%s'", bindAddr.c_str());
   tcp::endpoint ep(addr, port);
-  impl->acceptor.open(ep.protocol(), ec);
-  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) impl->acceptor.bind(ep, ec);
-  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  auto listen = [&] {
+    impl->acceptor.open(ep.protocol(), ec);
+    if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) impl->acceptor.bind(ep, ec);
+    if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  };
+  const auto giveUp = std::chrono::steady_clock::now() + limits.busyPortWait;
+  listen();
+  while (ec == asio::error::address_in_use && port != 0 && std::chrono::steady_clock::now() < giveUp) {
+    boost::system::error_code ignored;
+    impl->acceptor.close(ignored);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    listen();
+  }
+  if (ec == asio::error::address_in_use && port != 0)
+    return systemError("store: cannot listen on %s:%u: %s (still, after %lld ms)", bindAddr.c_str(), port,
+                       ec.message().c_str(), static_cast<long long>(limits.busyPortWait.count()));
   if (ec) return systemError("store: cannot listen on %s:%u: %s", bindAddr.c_str(), port, ec.message().c_str());
   auto server = std::unique_ptr<StoreServer>(new StoreServer(std::move(impl)));
   return server;

@@ -27,7 +27,11 @@ class StoreServer {
   struct Limits {
     std::chrono::milliseconds handshake{10000};  // a connection that has not proven the secret by then is dropped
     int maxUnauthenticated = 512;  // connections in their handshake at once; more are closed at once (clients retry)
-    uint64_t maxHeldBytes = 1ull << 30;          // stored values plus requests being read, for all connections
+    uint64_t maxHeldBytes = 1ull << 30;  // stored values plus requests being read, for all connections
+    // A fixed port that another socket holds: how long to keep trying it. A port derived from a launcher's (torchrun:
+    // MASTER_PORT+2) is one any process may have taken for a moment by binding port 0 (a neighbouring job's
+    // listener); the other ranks keep dialling meanwhile, so waiting it out costs nothing but the wait.
+    std::chrono::milliseconds busyPortWait{10000};
   };
   // Listens on bindAddr:port (port 0: any free port; bindAddr "" or "0.0.0.0": every interface) and serves
   // on a thread of its own until destroyed.
@@ -57,7 +61,6 @@ inline std::vector<std::byte> textBytes(std::string_view text) {
 inline std::string bytesText(const std::vector<std::byte>& bytes) {
   return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
 }
-
 
 class StoreClient {
  public:

@@ -256,6 +256,29 @@ TEST(StoreConnect, SeveralAddressesAreTriedInTurn) {
   EXPECT_NE(none.error().message().find("127.0.0.3,127.0.0.4"), std::string::npos) << none.error().message();
 }
 
+// A fixed port that another socket holds for a moment (a neighbouring job's listener took it by binding port 0) is
+// waited out; one held past busyPortWait is an error that says how long it waited.
+TEST(StoreConnect, AFixedPortHeldForAMomentIsWaitedOut) {
+  auto holder = StoreServer::start("127.0.0.1", 0, secretOf(5));
+  ASSERT_TRUE(holder) << holder.error().toString();
+  const uint16_t port = (*holder)->port();
+  StoreServer::Limits brief;
+  brief.busyPortWait = std::chrono::milliseconds(200);
+  auto refused = StoreServer::start("127.0.0.1", port, secretOf(6), brief);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message().find("still, after 200 ms"), std::string::npos) << refused.error().message();
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    holder->reset();
+  });
+  auto s = StoreServer::start("127.0.0.1", port, secretOf(6));
+  release.join();
+  ASSERT_TRUE(s) << s.error().toString();
+  auto c = StoreClient::connect("127.0.0.1", port, secretOf(6), Deadline::afterSec(10));
+  ASSERT_TRUE(c) << c.error().toString();
+  EXPECT_TRUE((*c)->set("k", bytesOf("v")).ok());
+}
+
 TEST(StoreConnect, BadBindAddressIsAnInvalidArgument) {
   auto s = StoreServer::start("not-an-ip", 0, secretOf(1));
   ASSERT_FALSE(s);
